@@ -1,0 +1,262 @@
+import keras
+from keras import ops
+
+from keras_capsules.layers import CapsuleLayer
+from keras_capsules.layers import Length
+from keras_capsules.layers import Mask
+from keras_capsules.layers import PrimaryCapsule
+from keras_capsules.layers import ReconstructionDecoder
+from keras_capsules.losses import MarginLoss
+from keras_capsules.losses import ReconstructionLoss
+
+
+def _positive_int(name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class CapsNetMNIST(keras.Model):
+    """The CapsNet of Sabour et al. 2017 for MNIST, ready to `fit`.
+
+    Conv1 (256 filters 9x9, ReLU) -> PrimaryCaps (32 types x 8D, 9x9 stride 2)
+    -> DigitCaps (10 x 16D, dynamic routing) -> capsule lengths, plus the
+    reconstruction decoder (512, 1024, 784). With the defaults it has the
+    paper's 8,215,568 parameters.
+
+    The model takes images with pixel values in [0, 255], as
+    `keras_capsules.datasets.mnist.load_data()` returns them (uint8 or float,
+    `(28, 28)` or `(28, 28, 1)`), and rescales them to [0, 1] itself.
+
+    Its outputs are a dict: `"probabilities"` (capsule lengths, one per class)
+    and `"poses"` (the class capsules). `predict` returns the probabilities
+    unless asked for `outputs="poses"` or `outputs="all"`. The loss is the
+    margin loss plus the scaled reconstruction loss, with the decoder fed the
+    capsule of the true label (integer or one-hot `y`), as in the paper;
+    `fit(x, y)` needs no `loss` argument. `reconstruct()` and `decode()` give
+    reconstructions from the longest or from chosen capsules.
+
+    Args:
+        input_shape: shape of one image, `(28, 28, 1)`.
+        num_classes: number of class capsules (10).
+        conv_filters: filters of Conv1 (256).
+        conv_kernel_size: kernel size of Conv1 (9).
+        primary_capsules: primary capsule types (32).
+        primary_capsule_dim: dimensions of a primary capsule (8).
+        primary_kernel_size: kernel size of the primary capsule convolution (9).
+        primary_strides: strides of the primary capsule convolution (2).
+        capsule_dim: dimensions of a class capsule (16).
+        routings: routing iterations (3).
+        stop_gradient: stop gradients through the inner routing iterations
+            (`False`, as the paper).
+        decoder_units: hidden layer sizes of the decoder, `(512, 1024)`; `None`
+            builds no decoder and trains on the margin loss alone.
+        reconstruction_weight: scale of the reconstruction loss (0.0005).
+        learning_rate: initial Adam learning rate of the default compile (1e-3).
+        decay_steps, decay_rate: exponential decay of the learning rate, by
+            `decay_rate` every `decay_steps` steps (2000, 0.96, as the
+            official code).
+        compile: compile with the defaults above and an accuracy metric.
+        **kwargs: `keras.Model` arguments such as `name`.
+
+    Example:
+
+    >>> import applications
+    >>> from keras_capsules import datasets
+    >>> (x_train, y_train), (x_test, y_test) = datasets.mnist.load_data()
+    >>> model = applications.CapsNetMNIST()
+    >>> model.fit(x_train, y_train, epochs=1, batch_size=100)  # doctest: +SKIP
+    >>> probabilities = model.predict(x_test[:8])  # doctest: +SKIP
+
+    Reference:
+        Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
+        arXiv:1710.09829.
+    """
+
+    def __init__(
+        self,
+        input_shape=(28, 28, 1),
+        num_classes=10,
+        conv_filters=256,
+        conv_kernel_size=9,
+        primary_capsules=32,
+        primary_capsule_dim=8,
+        primary_kernel_size=9,
+        primary_strides=2,
+        capsule_dim=16,
+        routings=3,
+        stop_gradient=False,
+        decoder_units=(512, 1024),
+        reconstruction_weight=0.0005,
+        learning_rate=1e-3,
+        decay_steps=2000,
+        decay_rate=0.96,
+        compile=True,
+        name="capsnet_mnist",
+        **kwargs,
+    ):
+        input_shape = tuple(input_shape)
+        if len(input_shape) != 3 or not all(isinstance(d, int) and d > 0 for d in input_shape):
+            raise ValueError(
+                "`input_shape` must be (height, width, channels) of positive integers. "
+                f"Received: input_shape={input_shape!r}"
+            )
+        for arg in ("num_classes", "conv_filters", "primary_capsules", "primary_capsule_dim",
+                    "capsule_dim", "routings"):
+            _positive_int(arg, locals()[arg])
+        if reconstruction_weight < 0:
+            raise ValueError(
+                "`reconstruction_weight` must be non-negative. "
+                f"Received: reconstruction_weight={reconstruction_weight!r}"
+            )
+
+        images = keras.Input(shape=input_shape, name="images")
+        x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling")(images)
+        x = keras.layers.Conv2D(
+            conv_filters, conv_kernel_size, activation="relu", name="conv1"
+        )(x)
+        primary = PrimaryCapsule(
+            primary_capsules,
+            primary_capsule_dim,
+            primary_kernel_size,
+            strides=primary_strides,
+            name="primary_caps",
+        )(x)
+        poses = CapsuleLayer(
+            num_classes,
+            capsule_dim,
+            routings=routings,
+            stop_gradient=stop_gradient,
+            name="digit_caps",
+        )(primary)
+        probabilities = Length(name="probabilities", dtype="float32")(poses)
+        super().__init__(
+            inputs=images,
+            outputs={"probabilities": probabilities, "poses": poses},
+            name=name,
+            **kwargs,
+        )
+
+        self._config = {
+            "input_shape": input_shape,
+            "num_classes": num_classes,
+            "conv_filters": conv_filters,
+            "conv_kernel_size": conv_kernel_size,
+            "primary_capsules": primary_capsules,
+            "primary_capsule_dim": primary_capsule_dim,
+            "primary_kernel_size": primary_kernel_size,
+            "primary_strides": primary_strides,
+            "capsule_dim": capsule_dim,
+            "routings": routings,
+            "stop_gradient": stop_gradient,
+            "decoder_units": None if decoder_units is None else tuple(decoder_units),
+            "reconstruction_weight": reconstruction_weight,
+            "learning_rate": learning_rate,
+            "decay_steps": decay_steps,
+            "decay_rate": decay_rate,
+        }
+        self.image_shape = input_shape
+        self.num_classes = num_classes
+        self.mask = Mask(name="mask")
+        self.decoder = None
+        if decoder_units is not None:
+            self.decoder = ReconstructionDecoder(
+                input_shape, hidden_units=decoder_units, name="decoder", dtype=self.dtype_policy
+            )
+            self.decoder.build((None, num_classes, capsule_dim))
+        self.margin_loss = MarginLoss()
+        self.reconstruction_loss = ReconstructionLoss(weight=reconstruction_weight)
+        self.margin_loss_tracker = keras.metrics.Mean(name="margin_loss")
+        self.reconstruction_loss_tracker = keras.metrics.Mean(name="reconstruction_loss")
+        if compile:
+            self.compile(
+                optimizer=keras.optimizers.Adam(
+                    keras.optimizers.schedules.ExponentialDecay(
+                        learning_rate, decay_steps=decay_steps, decay_rate=decay_rate
+                    )
+                ),
+                metrics=["accuracy"],
+            )
+
+    # Training ---------------------------------------------------------------
+
+    def _images(self, x):
+        """The reconstruction target: the input images scaled to [0, 1]."""
+        x = ops.cast(x, "float32") / 255.0
+        return ops.reshape(x, (ops.shape(x)[0],) + self.image_shape)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        probabilities = y_pred["probabilities"]
+        if y is None:
+            raise ValueError("CapsNetMNIST needs labels `y` to compute its loss.")
+        if len(y.shape) == 2 and y.shape[-1] == 1:
+            y = ops.squeeze(y, axis=-1)
+        margin = self.margin_loss(y, probabilities, sample_weight=sample_weight)
+        self.margin_loss_tracker.update_state(margin)
+        total = margin
+        if self.decoder is not None:
+            reconstructions = self.decoder(self.mask(y_pred["poses"], labels=y))
+            reconstruction = self.reconstruction_loss(
+                self._images(x), ops.cast(reconstructions, "float32"), sample_weight=sample_weight
+            )
+            self.reconstruction_loss_tracker.update_state(reconstruction)
+            total = total + reconstruction
+        for loss in self.losses:
+            total = total + ops.cast(loss, total.dtype)
+        return total
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return super().compute_metrics(x, y, y_pred["probabilities"], sample_weight)
+
+    # Inference --------------------------------------------------------------
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None,
+                outputs="probabilities"):
+        """Generate predictions, like `keras.Model.predict`.
+
+        Args:
+            x, batch_size, verbose, steps, callbacks: as in `keras.Model.predict`.
+            outputs: `"probabilities"` (default) for the class capsule lengths,
+                `"poses"` for the class capsules `(n, num_classes, capsule_dim)`,
+                or `"all"` for the dict of both.
+        """
+        if outputs not in ("probabilities", "poses", "all"):
+            raise ValueError(
+                '`outputs` must be "probabilities", "poses" or "all". '
+                f"Received: outputs={outputs!r}"
+            )
+        result = super().predict(
+            x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks
+        )
+        return result if outputs == "all" else result[outputs]
+
+    def decode(self, poses, labels=None):
+        """Reconstruct images from class capsules.
+
+        Args:
+            poses: class capsules `(batch, num_classes, capsule_dim)`, e.g. from
+                `predict(x, outputs="poses")`, possibly perturbed.
+            labels: the capsules to decode from (class indices or one-hot);
+                `None` decodes from the longest capsule of each example.
+
+        Returns:
+            A NumPy array of images in [0, 1], shape `(batch,) + input_shape`.
+        """
+        if self.decoder is None:
+            raise ValueError("This model was built with `decoder_units=None`: it has no decoder.")
+        poses = ops.convert_to_tensor(poses, dtype=self.decoder.compute_dtype)
+        return ops.convert_to_numpy(self.decoder(self.mask(poses, labels=labels)))
+
+    def reconstruct(self, x, labels=None, batch_size=100):
+        """Reconstruct images through the capsules: `decode(predict(x, outputs="poses"))`."""
+        poses = self.predict(x, batch_size=batch_size, verbose=0, outputs="poses")
+        return self.decode(poses, labels=labels)
+
+    # Serialization ----------------------------------------------------------
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self._config}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,11 @@
+"""keras-capsules: capsule networks for Keras 3."""
+
+from keras_capsules import datasets
+from keras_capsules import layers
+from keras_capsules import losses
+from keras_capsules import ops
+from keras_capsules import routing
+
+__version__ = "0.1.0"
+
+__all__ = ["datasets", "layers", "losses", "ops", "routing", "__version__"]

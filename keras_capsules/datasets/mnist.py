@@ -1,0 +1,186 @@
+"""MNIST, offline: the canonical IDX files shipped with the package, verified by SHA-256.
+
+`load_data()` mirrors `keras.datasets.mnist.load_data()`. The four files of
+the canonical distribution are read from `path` (default: the copy inside this
+package) and checked against the SHA-256 of the decompressed files published
+with MNIST; a corrupt or truncated file raises a `ValueError` naming it. When
+the files are absent, the loader falls back to TensorFlow Datasets
+(`tfds.load("mnist")`), which downloads where a network exists.
+
+`training_pipeline()` is the paper's input pipeline: random shifts of up to
+2 pixels in each direction with zero padding, shuffled and batched.
+"""
+
+import gzip
+import hashlib
+import os
+
+import numpy as np
+
+from keras_capsules.datasets import idx
+
+DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "data", "mnist")
+
+FILES = {
+    "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+    "train-labels-idx1-ubyte": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+    "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+    "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+}
+"""SHA-256 of the decompressed canonical files."""
+
+
+def _find(path, name):
+    for candidate in (name + ".gz", name):
+        full = os.path.join(path, candidate)
+        if os.path.exists(full):
+            return full
+    return None
+
+
+def _read_verified(filename, expected_sha256):
+    try:
+        if filename.endswith(".gz"):
+            with gzip.open(filename, "rb") as f:
+                data = f.read()
+        else:
+            with open(filename, "rb") as f:
+                data = f.read()
+    except (OSError, EOFError, gzip.BadGzipFile) as error:
+        raise ValueError(f"MNIST file {filename} is corrupt or truncated: {error}") from error
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != expected_sha256:
+        raise ValueError(
+            f"MNIST file {filename} does not match the canonical MNIST: SHA-256 of its "
+            f"decompressed content is {digest}, expected {expected_sha256}. "
+            "The file is corrupt or truncated; replace it with the original."
+        )
+    return idx.parse(data, filename)
+
+
+def _load_tfds():
+    import tensorflow_datasets as tfds
+
+    splits = []
+    for split in ("train", "test"):
+        images, labels = tfds.as_numpy(
+            tfds.load("mnist", split=split, batch_size=-1, as_supervised=True)
+        )
+        splits.append((images[..., 0].astype("uint8"), labels.astype("uint8")))
+    return tuple(splits)
+
+
+def load_data(path=None, verify=True):
+    """Load MNIST as `(x_train, y_train), (x_test, y_test)`.
+
+    Args:
+        path: folder holding the four canonical files (`.gz` or
+            decompressed). Default: the copy shipped in this package. If
+            none of the files is there, TensorFlow Datasets is used.
+        verify: check each file against the canonical SHA-256.
+
+    Returns:
+        `x_*`: uint8 arrays `(n, 28, 28)` with values in [0, 255];
+        `y_*`: uint8 arrays `(n,)` of digit labels. 60,000 training and
+        10,000 test examples.
+
+    Raises:
+        ValueError: a file is corrupt, truncated, or not the canonical one
+            (the message names the file), or only some files are present.
+
+    Example:
+
+    >>> from keras_capsules.datasets import mnist
+    >>> (x_train, y_train), (x_test, y_test) = mnist.load_data()
+    >>> x_train.shape, x_test.shape
+    ((60000, 28, 28), (10000, 28, 28))
+    """
+    path = DEFAULT_PATH if path is None else os.fspath(path)
+    found = {name: _find(path, name) for name in FILES}
+    if not any(found.values()):
+        return _load_tfds()
+    missing = [name for name, filename in found.items() if filename is None]
+    if missing:
+        raise ValueError(f"MNIST folder {path} lacks {', '.join(missing)} (.gz or decompressed).")
+    arrays = {}
+    for name, filename in found.items():
+        if verify:
+            arrays[name] = _read_verified(filename, FILES[name])
+        else:
+            opener = gzip.open if filename.endswith(".gz") else open
+            with opener(filename, "rb") as f:
+                arrays[name] = idx.parse(f.read(), filename)
+    return (
+        (arrays["train-images-idx3-ubyte"], arrays["train-labels-idx1-ubyte"]),
+        (arrays["t10k-images-idx3-ubyte"], arrays["t10k-labels-idx1-ubyte"]),
+    )
+
+
+def random_shift(images, max_shift=2, seed=None):
+    """Shift each image by up to `max_shift` pixels in each direction, zero padded.
+
+    Args:
+        images: a `tf.Tensor` of shape `(batch, height, width, channels)`.
+        max_shift: largest shift in pixels (2 in the paper).
+        seed: optional integer seed for `tf.random`.
+
+    Returns:
+        The shifted images, same shape and dtype.
+    """
+    import tensorflow as tf
+
+    if max_shift == 0:
+        return images
+    shape = tf.shape(images)
+    height, width = images.shape[1], images.shape[2]
+    padded = tf.pad(images, [[0, 0], [max_shift, max_shift], [max_shift, max_shift], [0, 0]])
+    offsets = tf.random.uniform((shape[0], 2), 0, 2 * max_shift + 1, dtype=tf.int32, seed=seed)
+    rows = offsets[:, :1] + tf.range(height)[None, :]
+    cols = offsets[:, 1:] + tf.range(width)[None, :]
+    picked_rows = tf.gather(padded, rows, batch_dims=1)
+    return tf.gather(picked_rows, cols, axis=2, batch_dims=1)
+
+
+def training_pipeline(x, y, batch_size=100, max_shift=2, shuffle=True, seed=None):
+    """A `tf.data.Dataset` of `(images, labels)` batches with the paper's augmentation.
+
+    Images come out as float32 `(batch, 28, 28, 1)` with values in [0, 255]
+    (what `applications.CapsNetMNIST` takes), each shifted at random by up to
+    `max_shift` pixels in each direction with zero padding; a new shift every
+    epoch. Works as `fit` input on every Keras backend.
+
+    Args:
+        x: images `(n, 28, 28)` or `(n, 28, 28, 1)`.
+        y: labels `(n,)` or one-hot `(n, classes)`.
+        batch_size: examples per batch (100).
+        max_shift: largest shift in pixels (2, as the paper; 0 disables it).
+        shuffle: reshuffle every epoch.
+        seed: optional seed for the shuffle and the shifts.
+
+    Example:
+
+    >>> from keras_capsules.datasets import mnist
+    >>> (x, y), _ = mnist.load_data()
+    >>> dataset = mnist.training_pipeline(x[:1000], y[:1000], batch_size=100)
+    >>> # model.fit(dataset, epochs=1)
+    """
+    import tensorflow as tf
+
+    if max_shift < 0:
+        raise ValueError(f"`max_shift` must be non-negative. Received: max_shift={max_shift!r}")
+    x = np.asarray(x)
+    if x.ndim == 3:
+        x = x[..., None]
+    if x.ndim != 4:
+        raise ValueError(f"`x` must have shape (n, height, width[, channels]). Received: {x.shape}")
+    if len(x) != len(y):
+        raise ValueError(f"`x` and `y` differ in length: {len(x)} and {len(y)}.")
+    dataset = tf.data.Dataset.from_tensor_slices((x, np.asarray(y)))
+    if shuffle:
+        dataset = dataset.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size)
+    dataset = dataset.map(
+        lambda images, labels: (random_shift(tf.cast(images, tf.float32), max_shift, seed), labels),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return dataset.prefetch(tf.data.AUTOTUNE)

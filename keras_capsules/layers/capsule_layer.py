@@ -1,0 +1,145 @@
+import keras
+from keras import ops
+
+from keras_capsules.routing import dynamic_routing
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class CapsuleLayer(keras.layers.Layer):
+    """Fully connected capsules with dynamic routing (the paper's DigitCaps).
+
+    Every input capsule `u_i` predicts every output capsule through its own
+    transformation matrix: `u_hat[j|i] = W[i, j] @ u_i`; the predictions are
+    combined by `routings` iterations of routing by agreement
+    (`keras_capsules.routing.dynamic_routing`). The votes are one batched
+    matrix product of the inputs with `W` (no tiling of inputs or weights).
+
+    Args:
+        num_capsules: number of output capsules (10 for MNIST).
+        capsule_dim: dimensions of each output capsule (16).
+        routings: routing iterations, a positive integer (3).
+        share_weights: if `False` (default, as the official code), each input
+            capsule has its own `W[i, j]`; if `True`, one `W[j]` is shared by
+            all input capsules, and the layer accepts any number of inputs.
+        stop_gradient: stop the gradient through the routing iterations before
+            the last one. `False` (the paper) by default.
+        kernel_initializer: initializer of `W`. The default, a normal
+            distribution with standard deviation 0.05, gives output capsules
+            of useful length at initialisation; `glorot_uniform` on this
+            4D kernel gives near-zero votes and a network that learns very slowly.
+        kernel_regularizer: optional regularizer of `W`.
+        **kwargs: base layer arguments such as `name` and `dtype`.
+
+    Call arguments:
+        inputs: input capsules, shape `(batch, num_inputs, input_dim)`.
+        return_coupling: if `True`, return `(outputs, coupling)` where
+            `coupling` holds the coefficients of the last routing iteration,
+            shape `(batch, num_inputs, num_capsules)`.
+
+    Returns:
+        Output capsules of shape `(batch, num_capsules, capsule_dim)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = CapsuleLayer(num_capsules=10, capsule_dim=16, routings=3)
+    >>> layer(np.zeros((4, 1152, 8), "float32")).shape
+    (4, 10, 16)
+
+    Reference:
+        Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
+    """
+
+    def __init__(
+        self,
+        num_capsules,
+        capsule_dim,
+        routings=3,
+        share_weights=False,
+        stop_gradient=False,
+        kernel_initializer=None,
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value in (
+            ("num_capsules", num_capsules),
+            ("capsule_dim", capsule_dim),
+            ("routings", routings),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(
+                    f"`{name}` must be a positive integer. Received: {name}={value!r}"
+                )
+        self.num_capsules = num_capsules
+        self.capsule_dim = capsule_dim
+        self.routings = routings
+        self.share_weights = bool(share_weights)
+        self.stop_gradient = bool(stop_gradient)
+        if kernel_initializer is None:
+            kernel_initializer = keras.initializers.RandomNormal(stddev=0.05)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.input_spec = keras.layers.InputSpec(ndim=3)
+
+    def build(self, input_shape):
+        if len(input_shape) != 3 or input_shape[-1] is None:
+            raise ValueError(
+                "CapsuleLayer expects inputs of shape (batch, num_inputs, input_dim) "
+                f"with a known input_dim. Received: input_shape={input_shape}"
+            )
+        num_inputs, input_dim = input_shape[1], input_shape[2]
+        if not self.share_weights and num_inputs is None:
+            raise ValueError(
+                "CapsuleLayer with share_weights=False needs a known number of input "
+                f"capsules. Received: input_shape={input_shape}"
+            )
+        outputs = self.num_capsules * self.capsule_dim
+        shape = (input_dim, outputs) if self.share_weights else (num_inputs, input_dim, outputs)
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=shape,
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+        )
+        self.input_spec = keras.layers.InputSpec(
+            ndim=3, axes={-1: input_dim} if self.share_weights else {1: num_inputs, -1: input_dim}
+        )
+
+    def votes(self, inputs):
+        """Prediction vectors `u_hat[j|i]`, shape `(batch, num_inputs, num_capsules, capsule_dim)`."""
+        inputs = ops.cast(inputs, self.compute_dtype)
+        kernel = ops.cast(self.kernel, self.compute_dtype)
+        if self.share_weights:
+            flat = ops.matmul(inputs, kernel)
+        else:
+            # One (batch x input_dim) @ (input_dim x outputs) product per input capsule.
+            flat = ops.einsum("bik,ikn->bin", inputs, kernel)
+        shape = ops.shape(flat)
+        return ops.reshape(flat, (shape[0], shape[1], self.num_capsules, self.capsule_dim))
+
+    def call(self, inputs, return_coupling=False):
+        return dynamic_routing(
+            self.votes(inputs),
+            routings=self.routings,
+            stop_gradient=self.stop_gradient,
+            return_coupling=return_coupling,
+        )
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_capsules, self.capsule_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_capsules": self.num_capsules,
+                "capsule_dim": self.capsule_dim,
+                "routings": self.routings,
+                "share_weights": self.share_weights,
+                "stop_gradient": self.stop_gradient,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            }
+        )
+        return config

@@ -1,0 +1,125 @@
+import keras
+from keras import ops
+
+from keras_capsules.ops import squash
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class PrimaryCapsule(keras.layers.Layer):
+    """Convolutional primary capsules: a convolution reshaped into squashed capsules.
+
+    A 2D convolution with `num_capsules * capsule_dim` filters; at every output
+    position its channels are split into `num_capsules` capsule types of
+    `capsule_dim` dimensions, and each capsule is squashed. The capsules of all
+    positions are returned as one flat list, position-major then type.
+
+    Args:
+        num_capsules: number of capsule types (32 in the paper).
+        capsule_dim: dimensions of each capsule (8 in the paper).
+        kernel_size: int or tuple of 2 ints, the convolution's window (9).
+        strides: int or tuple of 2 ints (2).
+        padding: `"valid"` or `"same"`.
+        kernel_initializer: initializer of the convolution kernel.
+        bias_initializer: initializer of the convolution bias.
+        kernel_regularizer: optional regularizer of the convolution kernel.
+        **kwargs: base layer arguments such as `name` and `dtype`.
+
+    Call arguments:
+        inputs: feature maps, shape `(batch, height, width, channels)`.
+
+    Returns:
+        Capsules of shape `(batch, out_height * out_width * num_capsules, capsule_dim)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = PrimaryCapsule(num_capsules=32, capsule_dim=8, kernel_size=9, strides=2)
+    >>> layer(np.zeros((2, 20, 20, 256), "float32")).shape
+    (2, 1152, 8)
+
+    Reference:
+        Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017,
+        section 4 (PrimaryCapsules).
+    """
+
+    def __init__(
+        self,
+        num_capsules,
+        capsule_dim,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value in (("num_capsules", num_capsules), ("capsule_dim", capsule_dim)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(
+                    f"`{name}` must be a positive integer. Received: {name}={value!r}"
+                )
+        if padding not in ("valid", "same"):
+            raise ValueError(
+                f'`padding` must be "valid" or "same". Received: padding={padding!r}'
+            )
+        self.num_capsules = num_capsules
+        self.capsule_dim = capsule_dim
+        self.kernel_size = kernel_size
+        self.strides = strides
+        self.padding = padding
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.input_spec = keras.layers.InputSpec(ndim=4)
+
+    def build(self, input_shape):
+        if len(input_shape) != 4 or input_shape[-1] is None:
+            raise ValueError(
+                "PrimaryCapsule expects inputs of shape (batch, height, width, "
+                f"channels) with a known channel count. Received: input_shape={input_shape}"
+            )
+        self.conv = keras.layers.Conv2D(
+            self.num_capsules * self.capsule_dim,
+            self.kernel_size,
+            strides=self.strides,
+            padding=self.padding,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            kernel_regularizer=self.kernel_regularizer,
+            dtype=self.dtype_policy,
+            name="conv",
+        )
+        self.conv.build(input_shape)
+
+    def call(self, inputs):
+        features = self.conv(inputs)
+        shape = ops.shape(features)
+        capsules = ops.reshape(
+            features, (shape[0], shape[1] * shape[2] * self.num_capsules, self.capsule_dim)
+        )
+        return squash(capsules, axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        if not hasattr(self, "conv"):
+            self.build(input_shape)
+        _, height, width, _ = self.conv.compute_output_shape(input_shape)
+        count = None if height is None or width is None else height * width * self.num_capsules
+        return (input_shape[0], count, self.capsule_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_capsules": self.num_capsules,
+                "capsule_dim": self.capsule_dim,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "padding": self.padding,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            }
+        )
+        return config

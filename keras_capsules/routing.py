@@ -1,0 +1,93 @@
+"""Routing-by-agreement procedures, as pure functions on `keras.ops`."""
+
+from keras import ops
+
+from keras_capsules.ops import squash
+
+_LOW_PRECISION = ("float16", "bfloat16")
+
+
+def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=False):
+    """Dynamic routing between capsules (Sabour et al. 2017, Procedure 1).
+
+    Starting from logits `b[i, j] = 0`, each of the `routings` iterations
+    computes the coupling coefficients `c[i, :] = softmax(b[i, :])` (a softmax
+    over the *output* capsules `j`, separately for every input capsule `i`),
+    the weighted sums `s[j] = sum_i c[i, j] * votes[i, j]`, the outputs
+    `v[j] = squash(s[j])` and, between iterations, the agreement update
+    `b[i, j] += votes[i, j] . v[j]`.
+
+    Routing runs in float32 whatever the dtype of `votes` (so it is safe under
+    `mixed_float16` / `mixed_bfloat16`); the outputs are cast back to the
+    dtype of `votes`.
+
+    Args:
+        votes: prediction vectors `u_hat[j|i]`, shape
+            `(batch, num_inputs, num_outputs, output_dim)`.
+        routings: number of routing iterations, a positive integer.
+        stop_gradient: if `True`, the iterations before the last one see the
+            votes through `stop_gradient`, so that gradients reach the votes
+            only through the final weighted sum (as some re-implementations
+            do). The paper, and the default, let gradients flow through every
+            iteration.
+        return_coupling: if `True`, also return the coupling coefficients
+            `c` used in the last iteration, shape
+            `(batch, num_inputs, num_outputs)`; they sum to 1 over outputs.
+
+    Returns:
+        The output capsules `v`, shape `(batch, num_outputs, output_dim)`, or
+        `(v, c)` if `return_coupling` is `True`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> votes = np.random.normal(size=(2, 1152, 10, 16)).astype("float32")
+    >>> dynamic_routing(votes, routings=3).shape
+    (2, 10, 16)
+
+    Reference:
+        Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
+        arXiv:1710.09829.
+    """
+    if not isinstance(routings, int) or isinstance(routings, bool) or routings < 1:
+        raise ValueError(
+            f"`routings` must be a positive integer. Received: routings={routings!r}"
+        )
+    if len(votes.shape) != 4:
+        raise ValueError(
+            "`votes` must have shape (batch, num_inputs, num_outputs, output_dim). "
+            f"Received: votes.shape={tuple(votes.shape)}"
+        )
+    votes = ops.convert_to_tensor(votes)
+    dtype = ops.dtype(votes)
+    if dtype in _LOW_PRECISION:
+        votes = ops.cast(votes, "float32")
+    num_outputs = votes.shape[2]
+    inner_votes = ops.stop_gradient(votes) if stop_gradient else votes
+
+    logits = None
+    for iteration in range(routings):
+        last = iteration == routings - 1
+        current = votes if last else inner_votes
+        if logits is None:
+            # b = 0: the softmax is uniform, 1 / num_outputs for every pair.
+            coupling = None
+            weighted = ops.sum(current, axis=1) / float(num_outputs)
+        else:
+            coupling = ops.softmax(logits, axis=2)
+            weighted = ops.einsum("bij,bijd->bjd", coupling, current)
+        outputs = squash(weighted, axis=-1)
+        if not last:
+            agreement = ops.einsum("bijd,bjd->bij", current, outputs)
+            logits = agreement if logits is None else logits + agreement
+
+    if dtype in _LOW_PRECISION:
+        outputs = ops.cast(outputs, dtype)
+    if not return_coupling:
+        return outputs
+    if coupling is None:
+        batch_inputs = ops.shape(votes)[:2]
+        coupling = ops.full(
+            (batch_inputs[0], batch_inputs[1], num_outputs), 1.0 / num_outputs
+        )
+    return outputs, coupling
