@@ -113,7 +113,11 @@ class CapsNetMNIST(keras.Model):
         images = keras.Input(shape=input_shape, name="images")
         x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling")(images)
         x = keras.layers.Conv2D(
-            conv_filters, conv_kernel_size, activation="relu", name="conv1"
+            conv_filters,
+            conv_kernel_size,
+            activation="relu",
+            kernel_initializer="he_normal",
+            name="conv1",
         )(x)
         primary = PrimaryCapsule(
             primary_capsules,

@@ -1,1 +1,160 @@
-def main(argv=None):\n    pass
+"""The `keras-capsules` command: train, evaluate and export capsule networks.
+
+    keras-capsules train capsnet-mnist --epochs 1 --output runs/mnist
+    keras-capsules evaluate runs/mnist/model.keras
+    keras-capsules export runs/mnist/model.keras runs/mnist/savedmodel
+
+`train` shows Keras's progress bar, keeps a backup of the run after every
+epoch (`OUTPUT/backup`) and resumes from it when started again with the same
+`--output` after an interruption, saves `OUTPUT/model.keras` after every
+epoch, and ends by printing the test accuracy and writing it, with the
+timings, to `OUTPUT/metrics.json`.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+MODELS = ("capsnet-mnist",)
+
+
+def _build_parser():
+    parser = argparse.ArgumentParser(
+        prog="keras-capsules", description="Train, evaluate and export capsule networks."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train a prebuilt model on its data set")
+    train.add_argument("model", choices=MODELS)
+    train.add_argument("--epochs", type=int, default=1)
+    train.add_argument("--batch-size", type=int, default=100)
+    train.add_argument("--output", default="runs/mnist", help="folder for checkpoints and metrics")
+    train.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files")
+    train.add_argument("--max-shift", type=int, default=2, help="augmentation shift in pixels")
+    train.add_argument("--train-size", type=int, default=None, help="use the first N images")
+    train.add_argument("--test-size", type=int, default=None, help="evaluate on the first N")
+    train.add_argument("--routings", type=int, default=3)
+    train.add_argument("--conv-filters", type=int, default=256)
+    train.add_argument("--primary-capsules", type=int, default=32)
+    train.add_argument("--learning-rate", type=float, default=1e-3)
+    train.add_argument("--seed", type=int, default=None)
+    train.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+
+    evaluate = commands.add_parser("evaluate", help="evaluate a saved .keras model on MNIST")
+    evaluate.add_argument("model_path")
+    evaluate.add_argument("--data-dir", default=None)
+    evaluate.add_argument("--batch-size", type=int, default=100)
+    evaluate.add_argument("--test-size", type=int, default=None)
+
+    export = commands.add_parser("export", help="export a saved .keras model as a SavedModel")
+    export.add_argument("model_path")
+    export.add_argument("output_dir")
+    return parser
+
+
+def _positive(parser, name, value):
+    if value is not None and value < 1:
+        parser.error(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+
+
+def _load_model(path):
+    import keras
+
+    import applications  # noqa: F401  (registers the application classes)
+
+    if not os.path.exists(path):
+        raise SystemExit(f"keras-capsules: no model at {path}")
+    return keras.saving.load_model(path)
+
+
+def train(args):
+    import keras
+
+    import applications
+    from keras_capsules.datasets import mnist
+
+    os.makedirs(args.output, exist_ok=True)
+    if args.seed is not None:
+        keras.utils.set_random_seed(args.seed)
+    (x_train, y_train), (x_test, y_test) = mnist.load_data(args.data_dir)
+    x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
+    x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+
+    model = applications.CapsNetMNIST(
+        routings=args.routings,
+        conv_filters=args.conv_filters,
+        primary_capsules=args.primary_capsules,
+        learning_rate=args.learning_rate,
+    )
+    dataset = mnist.training_pipeline(
+        x_train, y_train, batch_size=args.batch_size, max_shift=args.max_shift, seed=args.seed
+    )
+    history_path = os.path.join(args.output, "history.csv")
+    backup_dir = os.path.join(args.output, "backup")
+    if os.path.exists(backup_dir):
+        print(f"Resuming the interrupted run from {backup_dir}", flush=True)
+    callbacks = [
+        keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
+        keras.callbacks.ModelCheckpoint(os.path.join(args.output, "model.keras")),
+        keras.callbacks.CSVLogger(history_path, append=True),
+    ]
+    start = time.time()
+    model.fit(dataset, epochs=args.epochs, callbacks=callbacks, verbose=args.verbose)
+    train_seconds = time.time() - start
+    model.save(os.path.join(args.output, "model.keras"))
+
+    start = time.time()
+    results = model.evaluate(
+        x_test, y_test, batch_size=args.batch_size, verbose=0, return_dict=True
+    )
+    metrics = {
+        "model": args.model,
+        "epochs": args.epochs,
+        "train_images": int(len(x_train)),
+        "test_images": int(len(x_test)),
+        "batch_size": args.batch_size,
+        "backend": keras.backend.backend(),
+        "train_seconds_this_session": round(train_seconds, 1),
+        "test_seconds": round(time.time() - start, 1),
+        "test_accuracy": float(results["accuracy"]),
+        "test_loss": float(results["loss"]),
+    }
+    with open(os.path.join(args.output, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2)
+    print(f"Test accuracy: {metrics['test_accuracy']:.4f} ({len(x_test)} images)")
+    print(f"Model: {os.path.join(args.output, 'model.keras')}; metrics: "
+          f"{os.path.join(args.output, 'metrics.json')}")
+    return 0
+
+
+def evaluate(args):
+    from keras_capsules.datasets import mnist
+
+    model = _load_model(args.model_path)
+    _, (x_test, y_test) = mnist.load_data(args.data_dir)
+    x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+    results = model.evaluate(x_test, y_test, batch_size=args.batch_size, return_dict=True)
+    print(json.dumps({k: float(v) for k, v in results.items()}, indent=2))
+    print(f"Test accuracy: {results['accuracy']:.4f} ({len(x_test)} images)")
+    return 0
+
+
+def export(args):
+    model = _load_model(args.model_path)
+    model.export(args.output_dir)
+    print(f"SavedModel written to {args.output_dir}")
+    return 0
+
+
+def main(argv=None):
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    for name in ("epochs", "batch_size", "train_size", "test_size", "routings"):
+        _positive(parser, name, getattr(args, name, None))
+    return {"train": train, "evaluate": evaluate, "export": export}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

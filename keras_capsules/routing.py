@@ -59,35 +59,52 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
             f"Received: votes.shape={tuple(votes.shape)}"
         )
     votes = ops.convert_to_tensor(votes)
+    outputs, coupling = route_by_agreement(
+        ops.transpose(votes, (0, 2, 1, 3)), routings, stop_gradient, return_coupling
+    )
+    if not return_coupling:
+        return outputs
+    return outputs, coupling
+
+
+def route_by_agreement(votes, routings=3, stop_gradient=False, return_coupling=False):
+    """The core of `dynamic_routing` on votes laid out `(batch, num_outputs, num_inputs, dim)`.
+
+    With the input axis next to the capsule dimensions, the weighted sum and
+    the agreement of every iteration are batched matrix-vector products over
+    contiguous memory. `CapsuleLayer` produces its votes in this layout
+    directly. Returns `(outputs, coupling)`, `coupling` being `None` unless
+    `return_coupling` is set (then shaped `(batch, num_inputs, num_outputs)`).
+    """
     dtype = ops.dtype(votes)
     if dtype in _LOW_PRECISION:
         votes = ops.cast(votes, "float32")
-    num_outputs = votes.shape[2]
+    num_outputs = votes.shape[1]
     inner_votes = ops.stop_gradient(votes) if stop_gradient else votes
 
-    logits = None
+    logits = None  # b[i, j], stored (batch, num_outputs, num_inputs)
+    coupling = None
     for iteration in range(routings):
         last = iteration == routings - 1
         current = votes if last else inner_votes
         if logits is None:
             # b = 0: the softmax is uniform, 1 / num_outputs for every pair.
-            coupling = None
-            weighted = ops.sum(current, axis=1) / float(num_outputs)
+            weighted = ops.sum(current, axis=2) / float(num_outputs)
         else:
-            coupling = ops.softmax(logits, axis=2)
-            weighted = ops.einsum("bij,bijd->bjd", coupling, current)
+            coupling = ops.softmax(logits, axis=1)
+            weighted = ops.squeeze(ops.matmul(ops.expand_dims(coupling, 2), current), 2)
         outputs = squash(weighted, axis=-1)
         if not last:
-            agreement = ops.einsum("bijd,bjd->bij", current, outputs)
+            agreement = ops.squeeze(ops.matmul(current, ops.expand_dims(outputs, -1)), -1)
             logits = agreement if logits is None else logits + agreement
 
     if dtype in _LOW_PRECISION:
         outputs = ops.cast(outputs, dtype)
     if not return_coupling:
-        return outputs
+        return outputs, None
     if coupling is None:
-        batch_inputs = ops.shape(votes)[:2]
-        coupling = ops.full(
-            (batch_inputs[0], batch_inputs[1], num_outputs), 1.0 / num_outputs
-        )
+        shape = ops.shape(votes)
+        coupling = ops.full((shape[0], shape[2], num_outputs), 1.0 / num_outputs)
+    else:
+        coupling = ops.transpose(coupling, (0, 2, 1))
     return outputs, coupling

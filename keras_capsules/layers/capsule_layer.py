@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.routing import dynamic_routing
+from keras_capsules.routing import route_by_agreement
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -108,23 +108,30 @@ class CapsuleLayer(keras.layers.Layer):
 
     def votes(self, inputs):
         """Prediction vectors `u_hat[j|i]`, shape `(batch, num_inputs, num_capsules, capsule_dim)`."""
+        return ops.transpose(self._votes(inputs), (0, 2, 1, 3))
+
+    def _votes(self, inputs):
+        # Votes laid out (batch, num_capsules, num_inputs, capsule_dim) for routing.
         inputs = ops.cast(inputs, self.compute_dtype)
         kernel = ops.cast(self.kernel, self.compute_dtype)
+        batch, num_inputs = ops.shape(inputs)[0], ops.shape(inputs)[1]
         if self.share_weights:
-            flat = ops.matmul(inputs, kernel)
-        else:
-            # One (batch x input_dim) @ (input_dim x outputs) product per input capsule.
-            flat = ops.einsum("bik,ikn->bin", inputs, kernel)
-        shape = ops.shape(flat)
-        return ops.reshape(flat, (shape[0], shape[1], self.num_capsules, self.capsule_dim))
+            flat = ops.matmul(inputs, kernel)  # (batch, inputs, capsules * dim)
+            votes = ops.reshape(flat, (batch, num_inputs, self.num_capsules, self.capsule_dim))
+            return ops.transpose(votes, (0, 2, 1, 3))
+        # One (batch x input_dim) @ (input_dim x capsules * dim) product per input capsule.
+        flat = ops.matmul(ops.transpose(inputs, (1, 0, 2)), kernel)
+        votes = ops.reshape(flat, (num_inputs, batch, self.num_capsules, self.capsule_dim))
+        return ops.transpose(votes, (1, 2, 0, 3))
 
     def call(self, inputs, return_coupling=False):
-        return dynamic_routing(
-            self.votes(inputs),
+        outputs, coupling = route_by_agreement(
+            self._votes(inputs),
             routings=self.routings,
             stop_gradient=self.stop_gradient,
             return_coupling=return_coupling,
         )
+        return (outputs, coupling) if return_coupling else outputs
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.num_capsules, self.capsule_dim)

@@ -49,7 +49,7 @@ class PrimaryCapsule(keras.layers.Layer):
         kernel_size,
         strides=1,
         padding="valid",
-        kernel_initializer="glorot_uniform",
+        kernel_initializer="lecun_normal",
         bias_initializer="zeros",
         kernel_regularizer=None,
         **kwargs,
