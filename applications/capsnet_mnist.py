@@ -1,4 +1,5 @@
 import keras
+import numpy as np
 from keras import ops
 
 from keras_capsules.layers import CapsuleLayer
@@ -53,9 +54,10 @@ class CapsNetMNIST(keras.Model):
             builds no decoder and trains on the margin loss alone.
         reconstruction_weight: scale of the reconstruction loss (0.0005).
         learning_rate: initial Adam learning rate of the default compile (1e-3).
-        decay_steps, decay_rate: exponential decay of the learning rate, by
-            `decay_rate` every `decay_steps` steps (2000, 0.96, as the
-            official code).
+        decay_steps: exponential decay of the learning rate: it is multiplied
+            by `decay_rate` every `decay_steps` steps (2000, as the official
+            code).
+        decay_rate: see `decay_steps` (0.96, as the official code).
         compile: compile with the defaults above and an accuracy metric.
         **kwargs: `keras.Model` arguments such as `name`.
 
@@ -101,8 +103,14 @@ class CapsNetMNIST(keras.Model):
                 "`input_shape` must be (height, width, channels) of positive integers. "
                 f"Received: input_shape={input_shape!r}"
             )
-        for arg in ("num_classes", "conv_filters", "primary_capsules", "primary_capsule_dim",
-                    "capsule_dim", "routings"):
+        for arg in (
+            "num_classes",
+            "conv_filters",
+            "primary_capsules",
+            "primary_capsule_dim",
+            "capsule_dim",
+            "routings",
+        ):
             _positive_int(arg, locals()[arg])
         if reconstruction_weight < 0:
             raise ValueError(
@@ -214,12 +222,23 @@ class CapsNetMNIST(keras.Model):
 
     # Inference --------------------------------------------------------------
 
-    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None,
-                outputs="probabilities"):
+    def predict(
+        self,
+        x,
+        batch_size=None,
+        verbose="auto",
+        steps=None,
+        callbacks=None,
+        outputs="probabilities",
+    ):
         """Generate predictions, like `keras.Model.predict`.
 
         Args:
-            x, batch_size, verbose, steps, callbacks: as in `keras.Model.predict`.
+            x: as in `keras.Model.predict`.
+            batch_size: as in `keras.Model.predict`.
+            verbose: as in `keras.Model.predict`.
+            steps: as in `keras.Model.predict`.
+            callbacks: as in `keras.Model.predict`.
             outputs: `"probabilities"` (default) for the class capsule lengths,
                 `"poses"` for the class capsules `(n, num_classes, capsule_dim)`,
                 or `"all"` for the dict of both.
@@ -229,6 +248,8 @@ class CapsNetMNIST(keras.Model):
                 '`outputs` must be "probabilities", "poses" or "all". '
                 f"Received: outputs={outputs!r}"
             )
+        if isinstance(x, np.ndarray) and x.ndim == 3 and self.image_shape[-1] == 1:
+            x = x[..., None]  # (n, 28, 28) as load_data gives it: one trace for both ranks
         result = super().predict(
             x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks
         )

@@ -124,8 +124,10 @@ def train(args):
     with open(os.path.join(args.output, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     print(f"Test accuracy: {metrics['test_accuracy']:.4f} ({len(x_test)} images)")
-    print(f"Model: {os.path.join(args.output, 'model.keras')}; metrics: "
-          f"{os.path.join(args.output, 'metrics.json')}")
+    print(
+        f"Model: {os.path.join(args.output, 'model.keras')}; metrics: "
+        f"{os.path.join(args.output, 'metrics.json')}"
+    )
     return 0
 
 

@@ -50,9 +50,7 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
         arXiv:1710.09829.
     """
     if not isinstance(routings, int) or isinstance(routings, bool) or routings < 1:
-        raise ValueError(
-            f"`routings` must be a positive integer. Received: routings={routings!r}"
-        )
+        raise ValueError(f"`routings` must be a positive integer. Received: routings={routings!r}")
     if len(votes.shape) != 4:
         raise ValueError(
             "`votes` must have shape (batch, num_inputs, num_outputs, output_dim). "

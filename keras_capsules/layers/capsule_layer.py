@@ -68,9 +68,7 @@ class CapsuleLayer(keras.layers.Layer):
             ("routings", routings),
         ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(
-                    f"`{name}` must be a positive integer. Received: {name}={value!r}"
-                )
+                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
         self.num_capsules = num_capsules
         self.capsule_dim = capsule_dim
         self.routings = routings
@@ -107,7 +105,10 @@ class CapsuleLayer(keras.layers.Layer):
         )
 
     def votes(self, inputs):
-        """Prediction vectors `u_hat[j|i]`, shape `(batch, num_inputs, num_capsules, capsule_dim)`."""
+        """Prediction vectors `u_hat[j|i]`.
+
+        Returns a tensor of shape `(batch, num_inputs, num_capsules, capsule_dim)`.
+        """
         return ops.transpose(self._votes(inputs), (0, 2, 1, 3))
 
     def _votes(self, inputs):

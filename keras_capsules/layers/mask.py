@@ -15,8 +15,8 @@ class Mask(keras.layers.Layer):
     `labels`, the longest capsule of each example is kept (the paper's
     inference-time behaviour).
 
-    Args:
-        **kwargs: base layer arguments such as `name` and `dtype`.
+    The constructor takes only the base layer arguments, such as `name` and
+    `dtype`.
 
     Call arguments:
         inputs: capsules of shape `(batch, num_capsules, capsule_dim)`, or a
@@ -72,7 +72,7 @@ class Mask(keras.layers.Layer):
                 )
         return inputs * ops.expand_dims(selection, -1)
 
-    def compute_output_shape(self, input_shape, labels_shape=None):
-        if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple)):
-            return tuple(input_shape[0])
-        return tuple(input_shape)
+    def compute_output_shape(self, inputs_shape, labels_shape=None):
+        if isinstance(inputs_shape, (list, tuple)) and isinstance(inputs_shape[0], (list, tuple)):
+            return tuple(inputs_shape[0])
+        return tuple(inputs_shape)

@@ -57,13 +57,9 @@ class PrimaryCapsule(keras.layers.Layer):
         super().__init__(**kwargs)
         for name, value in (("num_capsules", num_capsules), ("capsule_dim", capsule_dim)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(
-                    f"`{name}` must be a positive integer. Received: {name}={value!r}"
-                )
+                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
         if padding not in ("valid", "same"):
-            raise ValueError(
-                f'`padding` must be "valid" or "same". Received: padding={padding!r}'
-            )
+            raise ValueError(f'`padding` must be "valid" or "same". Received: padding={padding!r}')
         self.num_capsules = num_capsules
         self.capsule_dim = capsule_dim
         self.kernel_size = kernel_size

@@ -49,8 +49,7 @@ class ReconstructionDecoder(keras.layers.Layer):
         hidden_units = tuple(hidden_units)
         if not all(isinstance(u, int) and u > 0 for u in hidden_units):
             raise ValueError(
-                "`hidden_units` must be positive integers. "
-                f"Received: hidden_units={hidden_units!r}"
+                f"`hidden_units` must be positive integers. Received: hidden_units={hidden_units!r}"
             )
         self.target_shape = target_shape
         self.hidden_units = hidden_units

@@ -1,0 +1,289 @@
+"""Benchmark CapsNetMNIST training and inference throughput against its convolutions alone.
+
+Three measurements, each in its own subprocess (so that the peak resident set
+size, `ru_maxrss`, is per measurement):
+
+* "train": `CapsNetMNIST().fit` (margin + reconstruction loss, Adam, as the
+  model compiles itself) on in-memory random uint8 images `(28, 28, 1)` with
+  integer labels;
+* "inference": `CapsNetMNIST().predict` on the same kind of images;
+* "convs_only": a model of just the two convolutions of CapsNet (Conv1, 256
+  9x9 ReLU, then the PrimaryCaps convolution, 256 9x9 stride 2) followed by
+  Flatten, Dense(10) and sparse categorical cross-entropy from logits, trained
+  with `fit` the same way. This is the floor for CapsNet's training cost: the
+  capsule layers, routing, decoder and losses should add little to it.
+
+Throughput is images per second over `--steps` batches, timed by a callback
+from the end of the `--warmup`-th batch (the first batches include tracing and
+compilation) to the end of the last batch. `--precision mixed_bfloat16` sets
+the global Keras dtype policy before either model is built.
+
+Prints a single JSON object on stdout; progress goes to stderr.
+
+Full size (the numbers to report):
+
+    KERAS_BACKEND=tensorflow python benchmarks/capsnet_mnist.py --batch 100 --steps 50
+    KERAS_BACKEND=tensorflow python benchmarks/capsnet_mnist.py --batch 100 --steps 50 \
+        --precision mixed_bfloat16
+
+Smoke test:
+
+    KERAS_BACKEND=tensorflow python benchmarks/capsnet_mnist.py --batch 8 --steps 2 --warmup 1
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+MEASUREMENTS = ("train", "inference", "convs_only")
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch", type=int, default=100, help="batch size (100)")
+    p.add_argument("--steps", type=int, default=50, help="timed training batches (50)")
+    p.add_argument(
+        "--inference-steps",
+        type=int,
+        default=None,
+        help="timed predict batches (default: --steps)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=5,
+        help="untimed batches first, tracing/compilation included (5, at least 1)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("float32", "mixed_bfloat16"),
+        default="float32",
+        help="global Keras dtype policy set before building the models (float32)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--only",
+        choices=MEASUREMENTS,
+        default=None,
+        help="run one measurement in this process (used by the parent run)",
+    )
+    return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------
+# Child: one measurement.
+
+
+def _timer_callback():
+    import keras
+    import numpy as np
+
+    class BatchTimer(keras.callbacks.Callback):
+        """Wall time from the end of batch `warmup - 1` to the end of the last batch."""
+
+        def __init__(self, warmup):
+            super().__init__()
+            self.warmup = warmup
+            self.start = None
+            self.end = None
+            self.timed_batches = 0
+
+        def _mark(self, batch, logs):
+            # Materialise the step's results, so that an asynchronous device has finished it.
+            if logs:
+                keras.tree.map_structure(np.asarray, logs)
+            now = time.perf_counter()
+            if batch == self.warmup - 1:
+                self.start = now
+            elif self.start is not None:
+                self.end = now
+                self.timed_batches += 1
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._mark(batch, logs)
+
+        def on_predict_batch_end(self, batch, logs=None):
+            self._mark(batch, logs)
+
+        def images_per_s(self, batch_size):
+            if self.end is None or self.timed_batches == 0:
+                raise RuntimeError("no batch was timed: is --steps at least 1?")
+            return self.timed_batches * batch_size / (self.end - self.start)
+
+    return BatchTimer
+
+
+def build_convs_only():
+    """The two convolutions of CapsNet + a trivial classifier and loss, compiled like CapsNet."""
+    import keras
+
+    images = keras.Input(shape=(28, 28, 1), name="images")
+    x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling")(images)
+    x = keras.layers.Conv2D(
+        256, 9, activation="relu", kernel_initializer="he_normal", name="conv1"
+    )(x)
+    # PrimaryCapsule's convolution: 32 types x 8D = 256 filters, 9x9, stride 2, no activation.
+    x = keras.layers.Conv2D(
+        256, 9, strides=2, kernel_initializer="lecun_normal", name="primary_conv"
+    )(x)
+    x = keras.layers.Flatten(name="flatten")(x)
+    logits = keras.layers.Dense(10, dtype="float32", name="logits")(x)
+    model = keras.Model(images, logits, name="convs_only")
+    model.compile(
+        optimizer=keras.optimizers.Adam(
+            keras.optimizers.schedules.ExponentialDecay(1e-3, decay_steps=2000, decay_rate=0.96)
+        ),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def _device():
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:
+            details = tf.config.experimental.get_device_details(gpus[0])
+            return details.get("device_name", gpus[0].name)
+    elif keras.backend.backend() == "jax":
+        import jax
+
+        return str(jax.devices()[0])
+    return "cpu"
+
+
+def _peak_gpu_mb():
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        if tf.config.list_physical_devices("GPU"):
+            return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+    return None
+
+
+def run_one(args):
+    import keras
+    import numpy as np
+
+    keras.mixed_precision.set_global_policy(args.precision)
+    keras.utils.set_random_seed(args.seed)
+    warmup = max(args.warmup, 1)
+    steps = args.steps if args.only != "inference" else (args.inference_steps or args.steps)
+    n = args.batch * (warmup + steps)
+    rng = np.random.default_rng(args.seed)
+    x = rng.integers(0, 256, size=(n, 28, 28, 1), dtype=np.uint8)
+    y = rng.integers(0, 10, size=(n,), dtype=np.int64)
+
+    if args.only == "convs_only":
+        model = build_convs_only()
+    else:
+        from applications import CapsNetMNIST
+
+        model = CapsNetMNIST()
+    timer = _timer_callback()(warmup)
+    log(
+        f"[{args.only}] {model.name}: {model.count_params():,} parameters, "
+        f"{warmup} warm-up + {steps} timed batches of {args.batch}, policy {args.precision}"
+    )
+    if args.only == "inference":
+        model.predict(x, batch_size=args.batch, verbose=0, callbacks=[timer])
+    else:
+        model.fit(
+            x, y, batch_size=args.batch, epochs=1, shuffle=False, verbose=0, callbacks=[timer]
+        )
+    result = {
+        "measurement": args.only,
+        "images_per_s": timer.images_per_s(args.batch),
+        "timed_batches": timer.timed_batches,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "jit_compile": bool(model.jit_compile),
+        "device": _device(),
+    }
+    gpu = _peak_gpu_mb()
+    if gpu is not None:
+        result["peak_gpu_mb"] = gpu
+    log(f"[{args.only}] {result['images_per_s']:.1f} images/s")
+    print(json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------------------
+# Parent: run the three measurements and report.
+
+
+def _child_argv(args, only):
+    argv = [sys.executable, os.path.abspath(__file__), "--only", only]
+    for name, value in vars(args).items():
+        if name == "only" or value is None:
+            continue
+        argv += ["--" + name.replace("_", "-"), str(value)]
+    return argv
+
+
+def _run_child(args, only):
+    proc = subprocess.run(
+        _child_argv(args, only), stdout=subprocess.PIPE, stderr=None, text=True, check=False
+    )
+    if proc.returncode != 0:
+        sys.exit(f"the '{only}' subprocess failed with exit status {proc.returncode}")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        sys.exit(f"the '{only}' subprocess printed no JSON result; stdout was:\n{proc.stdout}")
+    return json.loads(lines[-1])
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.only:
+        run_one(args)
+        return
+
+    results = {}
+    for only in MEASUREMENTS:
+        log(f"== {only} ==")
+        results[only] = _run_child(args, only)
+    train = results["train"]["images_per_s"]
+    convs = results["convs_only"]["images_per_s"]
+    report = {
+        "backend": os.environ["KERAS_BACKEND"],
+        "precision": args.precision,
+        "batch": args.batch,
+        "steps": args.steps,
+        "inference_steps": args.inference_steps or args.steps,
+        "warmup": max(args.warmup, 1),
+        "device": results["train"]["device"],
+        "jit_compile": {k: v["jit_compile"] for k, v in results.items()},
+        "train_images_per_s": train,
+        "inference_images_per_s": results["inference"]["images_per_s"],
+        "convs_only_train_images_per_s": convs,
+        "ratio_to_convs": train / convs,
+        "target_ratio_to_convs": 0.85,
+        "peak_rss_mb": {k: v["peak_rss_mb"] for k, v in results.items()},
+    }
+    if all("peak_gpu_mb" in v for v in results.values()):
+        report["peak_gpu_mb"] = {k: v["peak_gpu_mb"] for k, v in results.items()}
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+import os
+
+import keras
+import numpy as np
+import pytest
+
+BACKEND = keras.backend.backend()
+
+requires_tensorflow = pytest.mark.skipif(
+    BACKEND != "tensorflow", reason="SavedModel export is the TensorFlow part"
+)
+
+
+def gradient(fn, x):
+    """Gradient of `sum(fn(x))` with respect to `x`, on whichever backend runs."""
+    x = keras.ops.convert_to_tensor(x)
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = keras.ops.sum(keras.ops.cast(fn(x), "float32"))
+        return keras.ops.convert_to_numpy(tape.gradient(y, x)).astype("float32")
+    if BACKEND == "jax":
+        import jax
+
+        return np.asarray(
+            jax.grad(lambda v: keras.ops.sum(keras.ops.cast(fn(v), "float32")))(x)
+        ).astype("float32")
+    if BACKEND == "torch":
+        x = x.detach().requires_grad_(True)
+        keras.ops.sum(keras.ops.cast(fn(x), "float32")).backward()
+        return x.grad.float().cpu().numpy()
+    raise NotImplementedError(BACKEND)
+
+
+@pytest.fixture
+def mixed_precision(request):
+    """Run a test under a global dtype policy, restored afterwards."""
+    previous = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_dtype_policy(request.param)
+    yield request.param
+    keras.mixed_precision.set_dtype_policy(previous)
+
+
+@pytest.fixture(scope="session")
+def mnist_data():
+    from keras_capsules.datasets import mnist
+
+    return mnist.load_data()
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    keras.utils.set_random_seed(int(os.environ.get("TEST_SEED", "1234")))
+    yield

@@ -1,0 +1,81 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_capsules.layers import CapsuleLayer
+from tests.conftest import gradient
+from tests.test_routing import numpy_procedure_1
+
+
+def test_output_shape_and_config_round_trip():
+    layer = CapsuleLayer(10, 16, routings=2, name="digits")
+    x = np.random.normal(size=(3, 50, 8)).astype("float32")
+    y = layer(x)
+    assert y.shape == (3, 10, 16) == layer.compute_output_shape(x.shape)
+    clone = CapsuleLayer.from_config(layer.get_config())
+    clone.build(x.shape)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_allclose(ops.convert_to_numpy(clone(x)), ops.convert_to_numpy(y), atol=1e-6)
+    assert layer.count_params() == 50 * 8 * 10 * 16
+
+
+def test_values_match_numpy_votes_and_procedure_1():
+    layer = CapsuleLayer(4, 6, routings=3)
+    u = np.random.default_rng(0).normal(size=(2, 7, 5)).astype("float32")
+    layer.build(u.shape)
+    kernel = ops.convert_to_numpy(layer.kernel).reshape(7, 5, 4, 6)  # W[i] maps u_i to all j
+    votes = np.stack(
+        [[[u[n, i] @ kernel[i, :, j] for j in range(4)] for i in range(7)] for n in range(2)]
+    )
+    expected, coupling = numpy_procedure_1(votes, 3)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer.votes(u)), votes, rtol=1e-5, atol=1e-5)
+    outputs, c = layer(u, return_coupling=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(c), coupling, rtol=1e-4, atol=1e-5)
+
+
+def test_shared_weights_accept_any_number_of_inputs():
+    layer = CapsuleLayer(3, 4, share_weights=True)
+    assert layer(np.ones((2, 11, 5), "float32")).shape == (2, 3, 4)
+    assert layer(np.ones((2, 29, 5), "float32")).shape == (2, 3, 4)
+    assert layer.count_params() == 5 * 3 * 4
+
+
+def test_gradients_reach_the_kernel_and_are_finite_at_zero():
+    layer = CapsuleLayer(10, 16)
+    x = np.zeros((2, 20, 8), "float32")
+    layer.build(x.shape)
+    assert np.all(np.isfinite(gradient(layer, x)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_capsules": 0, "capsule_dim": 16}, "num_capsules"),
+        ({"num_capsules": 10, "capsule_dim": -1}, "capsule_dim"),
+        ({"num_capsules": 10, "capsule_dim": 16, "routings": 0}, "routings"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CapsuleLayer(**kwargs)
+
+
+def test_bad_input_shapes():
+    with pytest.raises(ValueError):
+        CapsuleLayer(10, 16)(np.zeros((2, 8), "float32"))
+    layer = CapsuleLayer(10, 16)
+    layer(np.zeros((2, 20, 8), "float32"))
+    with pytest.raises(ValueError):
+        layer(np.zeros((2, 21, 8), "float32"))
+
+
+@pytest.mark.parametrize("mixed_precision", ["mixed_float16", "mixed_bfloat16"], indirect=True)
+def test_mixed_precision_is_finite(mixed_precision):
+    layer = CapsuleLayer(10, 16)
+    for scale in (0.0, 1e-8, 1e4):
+        x = np.full((2, 30, 8), scale, "float32")
+        y = layer(x)
+        assert ops.dtype(y) == keras.mixed_precision.dtype_policy().compute_dtype
+        assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(y, "float32"))))

@@ -1,0 +1,46 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_capsules.layers import PrimaryCapsule
+
+
+def test_shape_and_values_are_the_squashed_convolution():
+    layer = PrimaryCapsule(4, 3, kernel_size=3, strides=2)
+    x = np.random.normal(size=(2, 9, 9, 5)).astype("float32")
+    y = ops.convert_to_numpy(layer(x))
+    assert y.shape == (2, 4 * 4 * 4, 3) == layer.compute_output_shape(x.shape)
+    conv = ops.convert_to_numpy(layer.conv(x)).reshape(2, -1, 3)
+    norm = np.linalg.norm(conv, axis=-1, keepdims=True)
+    np.testing.assert_allclose(y, norm**2 / (1 + norm**2) * conv / norm, rtol=1e-4, atol=1e-6)
+
+
+def test_paper_sizes_and_parameters():
+    layer = PrimaryCapsule(32, 8, 9, strides=2)
+    assert layer(np.zeros((1, 20, 20, 256), "float32")).shape == (1, 1152, 8)
+    assert layer.count_params() == 5_308_672
+
+
+def test_config_round_trip():
+    layer = PrimaryCapsule(4, 3, kernel_size=3, padding="same", name="p")
+    config = layer.get_config()
+    clone = PrimaryCapsule.from_config(config)
+    assert clone.get_config() == config
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_capsules": 0, "capsule_dim": 8, "kernel_size": 3}, "num_capsules"),
+        ({"num_capsules": 2, "capsule_dim": 0, "kernel_size": 3}, "capsule_dim"),
+        ({"num_capsules": 2, "capsule_dim": 8, "kernel_size": 3, "padding": "full"}, "padding"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PrimaryCapsule(**kwargs)
+
+
+def test_bad_input_rank():
+    with pytest.raises(ValueError):
+        PrimaryCapsule(2, 4, 3)(np.zeros((2, 9, 9), "float32"))

@@ -1,0 +1,106 @@
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from keras_capsules import cli
+from tests.conftest import requires_tensorflow
+
+TINY = [
+    "--train-size",
+    "300",
+    "--test-size",
+    "200",
+    "--conv-filters",
+    "16",
+    "--primary-capsules",
+    "4",
+    "--batch-size",
+    "50",
+    "--verbose",
+    "2",
+]
+
+
+def run_cli(args, **kwargs):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen(
+        [sys.executable, "-m", "keras_capsules.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        **kwargs,
+    )
+
+
+def epochs_logged(output):
+    path = os.path.join(output, "history.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [int(row["epoch"]) for row in csv.DictReader(f)]
+
+
+def test_killed_run_resumes_without_losing_finished_epochs(tmp_path):
+    output = str(tmp_path / "run")
+    args = ["train", "capsnet-mnist", "--epochs", "4", "--output", output, *TINY]
+    process = run_cli(args)
+    deadline = time.time() + 300
+    while len(epochs_logged(output)) < 2 and process.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert process.poll() is None, process.stdout.read()
+    process.send_signal(signal.SIGKILL)  # killed in the third epoch, no clean-up
+    process.wait()
+    finished = epochs_logged(output)
+    assert finished[:2] == [0, 1] and len(finished) < 4
+
+    process = run_cli(args)
+    log, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, log
+    assert "Resuming" in log
+    after = epochs_logged(output)[len(finished) :]
+    assert after and after[0] == len(finished), (finished, after)  # no finished epoch rerun
+    assert epochs_logged(output)[-1] == 3
+    metrics = json.load(open(os.path.join(output, "metrics.json")))
+    assert 0 <= metrics["test_accuracy"] <= 1 and metrics["test_images"] == 200
+    assert "Test accuracy:" in log
+
+    model_path = os.path.join(output, "model.keras")
+    process = run_cli(["evaluate", model_path, "--test-size", "100"])
+    log, _ = process.communicate(timeout=300)
+    assert process.returncode == 0 and "Test accuracy:" in log, log
+
+
+@requires_tensorflow
+def test_export_command(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    import applications
+
+    model = applications.CapsNetMNIST(conv_filters=16, primary_capsules=4)
+    model.save(str(tmp_path / "m.keras"))
+    assert cli.main(["export", str(tmp_path / "m.keras"), str(tmp_path / "sm")]) == 0
+    x = np.random.default_rng(0).uniform(0, 255, (3, 28, 28, 1)).astype("float32")
+    reloaded = tf.saved_model.load(str(tmp_path / "sm"))
+    served = reloaded.serve(tf.constant(x))
+    np.testing.assert_allclose(
+        served["probabilities"].numpy(),
+        keras.saving.load_model(str(tmp_path / "m.keras")).predict(x, verbose=0),
+        atol=1e-5,
+    )
+
+
+def test_bad_arguments_are_usage_errors(tmp_path, capsys):
+    with pytest.raises(SystemExit) as error:
+        cli.main(["train", "capsnet-mnist", "--epochs", "0", "--output", str(tmp_path)])
+    assert error.value.code == 2 and "--epochs" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no model"):
+        cli.main(["evaluate", str(tmp_path / "missing.keras")])

@@ -1,0 +1,88 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_capsules.routing import dynamic_routing
+from tests.conftest import gradient
+
+
+def numpy_procedure_1(votes, routings):
+    """Procedure 1 of Sabour et al. 2017, written out loop by loop."""
+    batch, num_inputs, num_outputs, _ = votes.shape
+    votes = votes.astype("float64")
+    outputs = np.zeros((batch, num_outputs, votes.shape[-1]))
+    coupling = np.zeros((batch, num_inputs, num_outputs))
+    for n in range(batch):
+        b = np.zeros((num_inputs, num_outputs))
+        for r in range(routings):
+            for i in range(num_inputs):  # softmax over the parents j of child i
+                e = np.exp(b[i] - b[i].max())
+                coupling[n, i] = e / e.sum()
+            for j in range(num_outputs):
+                s = sum(coupling[n, i, j] * votes[n, i, j] for i in range(num_inputs))
+                norm2 = float(s @ s)
+                outputs[n, j] = norm2 / (1 + norm2) * s / np.sqrt(norm2) if norm2 > 0 else 0
+            if r < routings - 1:
+                for i in range(num_inputs):
+                    for j in range(num_outputs):
+                        b[i, j] += votes[n, i, j] @ outputs[n, j]
+    return outputs, coupling
+
+
+@pytest.mark.parametrize("routings", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("shape", [(2, 12, 3, 4), (1, 30, 10, 16), (3, 5, 1, 2)])
+def test_matches_numpy_procedure_1(shape, routings):
+    votes = np.random.default_rng(routings).normal(size=shape).astype("float32")
+    expected, expected_coupling = numpy_procedure_1(votes, routings)
+    outputs, coupling = dynamic_routing(votes, routings=routings, return_coupling=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(coupling), expected_coupling, rtol=1e-4, atol=1e-5
+    )
+
+
+def test_coupling_sums_to_one_over_outputs_and_follows_agreement():
+    rng = np.random.default_rng(0)
+    votes = rng.normal(size=(2, 40, 6, 8)).astype("float32")
+    votes[:, :20, 2] += 3.0  # half the children agree strongly on parent 2
+    _, coupling = dynamic_routing(votes, routings=3, return_coupling=True)
+    coupling = ops.convert_to_numpy(coupling)
+    np.testing.assert_allclose(coupling.sum(-1), 1.0, atol=1e-5)
+    assert coupling[:, :20, 2].mean() > coupling[:, 20:, 2].mean()
+
+
+def test_stop_gradient_changes_gradients_not_outputs():
+    votes = np.random.default_rng(1).normal(size=(2, 9, 4, 5)).astype("float32")
+    a = dynamic_routing(votes, routings=3, stop_gradient=False)
+    b = dynamic_routing(votes, routings=3, stop_gradient=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-6)
+    ga = gradient(lambda v: dynamic_routing(v, 3, stop_gradient=False), votes)
+    gb = gradient(lambda v: dynamic_routing(v, 3, stop_gradient=True), votes)
+    assert not np.allclose(ga, gb)
+    g1 = gradient(lambda v: dynamic_routing(v, 1), votes)
+    gb1 = gradient(lambda v: dynamic_routing(v, 1, stop_gradient=True), votes)
+    np.testing.assert_allclose(g1, gb1, atol=1e-6)  # one iteration: nothing to stop
+
+
+@pytest.mark.parametrize("routings", [1, 3, 5])
+@pytest.mark.parametrize("scale", [0.0, 1e-8, 1e4])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_finite_for_extreme_inputs(dtype, scale, routings):
+    votes = ops.cast(
+        np.random.default_rng(2).normal(size=(2, 16, 10, 16)).astype("float32") * scale, dtype
+    )
+    out = dynamic_routing(votes, routings=routings)
+    assert ops.dtype(out) == dtype
+    assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(out, "float32"))))
+    assert np.all(np.isfinite(gradient(lambda v: dynamic_routing(v, routings), votes)))
+
+
+@pytest.mark.parametrize("routings", [0, -1, 2.5, True])
+def test_bad_routings(routings):
+    with pytest.raises(ValueError, match="routings"):
+        dynamic_routing(np.zeros((1, 2, 3, 4), "float32"), routings=routings)
+
+
+def test_bad_votes_shape():
+    with pytest.raises(ValueError, match="votes"):
+        dynamic_routing(np.zeros((2, 3, 4), "float32"))
