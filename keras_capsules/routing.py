@@ -70,9 +70,8 @@ def route_by_agreement(votes, routings=3, stop_gradient=False, return_coupling=F
 
     With the input axis next to the capsule dimensions, the weighted sum and
     the agreement of every iteration are batched matrix-vector products over
-    contiguous memory. `CapsuleLayer` produces its votes in this layout
-    directly. Returns `(outputs, coupling)`, `coupling` being `None` unless
-    `return_coupling` is set (then shaped `(batch, num_inputs, num_outputs)`).
+    contiguous memory. Returns `(outputs, coupling)`, `coupling` being `None`
+    unless `return_coupling` is set (then shaped `(batch, num_inputs, num_outputs)`).
     """
     dtype = ops.dtype(votes)
     if dtype in _LOW_PRECISION:
@@ -80,29 +79,56 @@ def route_by_agreement(votes, routings=3, stop_gradient=False, return_coupling=F
     num_outputs = votes.shape[1]
     inner_votes = ops.stop_gradient(votes) if stop_gradient else votes
 
-    logits = None  # b[i, j], stored (batch, num_outputs, num_inputs)
-    coupling = None
-    for iteration in range(routings):
-        last = iteration == routings - 1
-        current = votes if last else inner_votes
-        if logits is None:
-            # b = 0: the softmax is uniform, 1 / num_outputs for every pair.
-            weighted = ops.sum(current, axis=2) / float(num_outputs)
-        else:
-            coupling = ops.softmax(logits, axis=1)
-            weighted = ops.squeeze(ops.matmul(ops.expand_dims(coupling, 2), current), 2)
-        outputs = squash(weighted, axis=-1)
-        if not last:
-            agreement = ops.squeeze(ops.matmul(current, ops.expand_dims(outputs, -1)), -1)
-            logits = agreement if logits is None else logits + agreement
+    def uniform_sum(last):
+        return ops.sum(votes if last else inner_votes, axis=2) / float(num_outputs)
 
+    def weighted_sum(coupling, last):  # coupling: (batch, outputs, inputs)
+        current = votes if last else inner_votes
+        return ops.squeeze(ops.matmul(ops.expand_dims(coupling, 2), current), 2)
+
+    def agreement(outputs):
+        return ops.squeeze(ops.matmul(inner_votes, ops.expand_dims(outputs, -1)), -1)
+
+    outputs, coupling = routing_loop(uniform_sum, weighted_sum, agreement, routings, output_axis=1)
     if dtype in _LOW_PRECISION:
         outputs = ops.cast(outputs, dtype)
     if not return_coupling:
         return outputs, None
     if coupling is None:
         shape = ops.shape(votes)
-        coupling = ops.full((shape[0], shape[2], num_outputs), 1.0 / num_outputs)
-    else:
-        coupling = ops.transpose(coupling, (0, 2, 1))
+        return outputs, ops.full((shape[0], shape[2], num_outputs), 1.0 / num_outputs)
+    return outputs, ops.transpose(coupling, (0, 2, 1))
+
+
+def routing_loop(uniform_sum, weighted_sum, agreement, routings, output_axis):
+    """The iterations of Procedure 1, independent of how the votes are stored.
+
+    The contractions are supplied by the caller, so that layers may compute them
+    without materialising the votes (`CapsuleLayer` does):
+
+    - `uniform_sum(last)`: `s` for the first iteration, where `b = 0` makes
+      every coupling coefficient `1 / num_outputs`.
+    - `weighted_sum(coupling, last)`: `s[j] = sum_i c[i, j] votes[i, j]`.
+    - `agreement(outputs)`: `votes[i, j] . v[j]`, laid out like the logits.
+
+    `last` tells whether this is the final iteration (callers that stop the
+    gradient through the inner iterations use it). The logits and coupling
+    coefficients have the output capsules on `output_axis`; the softmax runs
+    over that axis. Returns the squashed outputs and the coupling coefficients
+    of the last iteration (`None` after a single iteration, where they are
+    uniform).
+    """
+    logits = None
+    coupling = None
+    for iteration in range(routings):
+        last = iteration == routings - 1
+        if logits is None:
+            weighted = uniform_sum(last)
+        else:
+            coupling = ops.softmax(logits, axis=output_axis)
+            weighted = weighted_sum(coupling, last)
+        outputs = squash(weighted, axis=-1)
+        if not last:
+            update = agreement(outputs)
+            logits = update if logits is None else logits + update
     return outputs, coupling
