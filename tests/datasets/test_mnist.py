@@ -120,3 +120,23 @@ def test_training_pipeline_without_shift_and_errors(mnist_data):
         mnist.training_pipeline(x_train[:10], y_train[:10], max_shift=-1)
     with pytest.raises(ValueError, match="differ"):
         mnist.training_pipeline(x_train[:10], y_train[:9])
+
+
+def test_absent_files_fall_back_to_tfds(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_load(name, split, batch_size, as_supervised):
+        calls.append((name, split))
+        n = 3 if split == "train" else 2
+        return np.zeros((n, 28, 28, 1), "uint8"), np.arange(n, dtype="int64")
+
+    import tensorflow_datasets as tfds
+
+    monkeypatch.setattr(tfds, "load", fake_load)
+    monkeypatch.setattr(tfds, "as_numpy", lambda pair: pair)
+    (x_train, y_train), (x_test, _) = mnist.load_data(tmp_path)
+    assert calls == [("mnist", "train"), ("mnist", "test")]
+    assert (
+        x_train.shape == (3, 28, 28) and x_train.dtype == np.uint8 and x_test.shape == (2, 28, 28)
+    )
+    assert y_train.dtype == np.uint8
