@@ -161,7 +161,9 @@ class CapsuleLayer(keras.layers.Layer):
         def per_output(k):  # (outputs, inputs * input_dim, dim)
             return ops.transpose(ops.reshape(k, (flat, n_out, dim)), (1, 0, 2))
 
-        w, inner_w = per_output(kernel), per_output(inner_kernel)
+        w = per_output(kernel)
+        inner_w = per_output(inner_kernel)
+        inner_w_t = ops.transpose(inner_w, (0, 2, 1))  # once, not every iteration
 
         def uniform_sum(last):
             x, k = (u, kernel) if last else (inner_u, inner_kernel)
@@ -175,7 +177,7 @@ class CapsuleLayer(keras.layers.Layer):
             return ops.transpose(s, (1, 0, 2))  # (batch, outputs, dim)
 
         def agreement(outputs):
-            back = ops.matmul(ops.transpose(outputs, (1, 0, 2)), ops.transpose(inner_w, (0, 2, 1)))
+            back = ops.matmul(ops.transpose(outputs, (1, 0, 2)), inner_w_t)
             back = ops.reshape(back, (n_out, -1, num_inputs, input_dim))
             return ops.sum(back * ops.expand_dims(inner_u, 0), axis=-1)  # (outputs, batch, inputs)
 
