@@ -2,6 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules._validation import check_positive_int
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.layers import Length
 from keras_capsules.layers import Mask
@@ -9,11 +10,6 @@ from keras_capsules.layers import PrimaryCapsule
 from keras_capsules.layers import ReconstructionDecoder
 from keras_capsules.losses import MarginLoss
 from keras_capsules.losses import ReconstructionLoss
-
-
-def _positive_int(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -111,7 +107,7 @@ class CapsNetMNIST(keras.Model):
             "capsule_dim",
             "routings",
         ):
-            _positive_int(arg, locals()[arg])
+            check_positive_int(arg, locals()[arg])
         if reconstruction_weight < 0:
             raise ValueError(
                 "`reconstruction_weight` must be non-negative. "

@@ -35,9 +35,10 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
+
+from _child import run_child
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
@@ -231,25 +232,8 @@ def run_one(args):
 # Parent: run the three measurements and report.
 
 
-def _child_argv(args, only):
-    argv = [sys.executable, os.path.abspath(__file__), "--only", only]
-    for name, value in vars(args).items():
-        if name == "only" or value is None:
-            continue
-        argv += ["--" + name.replace("_", "-"), str(value)]
-    return argv
-
-
 def _run_child(args, only):
-    proc = subprocess.run(
-        _child_argv(args, only), stdout=subprocess.PIPE, stderr=None, text=True, check=False
-    )
-    if proc.returncode != 0:
-        sys.exit(f"the '{only}' subprocess failed with exit status {proc.returncode}")
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        sys.exit(f"the '{only}' subprocess printed no JSON result; stdout was:\n{proc.stdout}")
-    return json.loads(lines[-1])
+    return run_child(os.path.abspath(__file__), args, only)
 
 
 def main(argv=None):

@@ -2,6 +2,7 @@
 
 from keras import ops
 
+from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
 
 _LOW_PRECISION = ("float16", "bfloat16")
@@ -49,8 +50,7 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
         Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
         arXiv:1710.09829.
     """
-    if not isinstance(routings, int) or isinstance(routings, bool) or routings < 1:
-        raise ValueError(f"`routings` must be a positive integer. Received: routings={routings!r}")
+    check_positive_int("routings", routings)
     if len(votes.shape) != 4:
         raise ValueError(
             "`votes` must have shape (batch, num_inputs, num_outputs, output_dim). "

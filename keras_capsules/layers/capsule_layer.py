@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_positive_int
 from keras_capsules.routing import route_by_agreement
 from keras_capsules.routing import routing_loop
 
@@ -63,13 +64,9 @@ class CapsuleLayer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, value in (
-            ("num_capsules", num_capsules),
-            ("capsule_dim", capsule_dim),
-            ("routings", routings),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+        check_positive_int("num_capsules", num_capsules)
+        check_positive_int("capsule_dim", capsule_dim)
+        check_positive_int("routings", routings)
         self.num_capsules = num_capsules
         self.capsule_dim = capsule_dim
         self.routings = routings

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
 
 
@@ -55,9 +56,8 @@ class PrimaryCapsule(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, value in (("num_capsules", num_capsules), ("capsule_dim", capsule_dim)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+        check_positive_int("num_capsules", num_capsules)
+        check_positive_int("capsule_dim", capsule_dim)
         if padding not in ("valid", "same"):
             raise ValueError(f'`padding` must be "valid" or "same". Received: padding={padding!r}')
         self.num_capsules = num_capsules
