@@ -1,11 +1,22 @@
 """Run one measurement of a benchmark script in its own process and read its JSON.
 
 Each measurement gets a fresh process so that its peak RSS (`ru_maxrss`) is its own.
+Importing this module (before Keras) also puts the repository root on `sys.path`, so
+the scripts run from a checkout without installing it, and defaults the backend to
+TensorFlow with its C++ logs quietened.
 """
 
 import json
+import os
 import subprocess
 import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def child_argv(script, args, only):

@@ -38,13 +38,6 @@ import time
 
 from _child import run_child
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 
 def log(*args):
     print(*args, file=sys.stderr, flush=True)
