@@ -197,8 +197,6 @@ class CapsNetMNIST(keras.Model):
         probabilities = y_pred["probabilities"]
         if y is None:
             raise ValueError("CapsNetMNIST needs labels `y` to compute its loss.")
-        if len(y.shape) == 2 and y.shape[-1] == 1:
-            y = ops.squeeze(y, axis=-1)
         margin = self.margin_loss(y, probabilities, sample_weight=sample_weight)
         self.margin_loss_tracker.update_state(margin)
         total = margin

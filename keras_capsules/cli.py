@@ -102,8 +102,7 @@ def train(args):
     ]
     start = time.time()
     model.fit(dataset, epochs=args.epochs, callbacks=callbacks, verbose=args.verbose)
-    train_seconds = time.time() - start
-    model.save(os.path.join(args.output, "model.keras"))
+    train_seconds = time.time() - start  # ModelCheckpoint saved model.keras each epoch
 
     start = time.time()
     results = model.evaluate(

@@ -94,10 +94,19 @@ def route_by_agreement(votes, routings=3, stop_gradient=False, return_coupling=F
         outputs = ops.cast(outputs, dtype)
     if not return_coupling:
         return outputs, None
+    shape = ops.shape(votes)
+    return outputs, coupling_by_input(coupling, (0, 2, 1), shape[0], shape[2], num_outputs)
+
+
+def coupling_by_input(coupling, perm, batch, num_inputs, num_outputs):
+    """`routing_loop`'s coupling coefficients as `(batch, num_inputs, num_outputs)`.
+
+    `perm` transposes the loop's layout to that one. After a single iteration
+    the loop has none (`None`): every coefficient is then `1 / num_outputs`.
+    """
     if coupling is None:
-        shape = ops.shape(votes)
-        return outputs, ops.full((shape[0], shape[2], num_outputs), 1.0 / num_outputs)
-    return outputs, ops.transpose(coupling, (0, 2, 1))
+        return ops.full((batch, num_inputs, num_outputs), 1.0 / num_outputs)
+    return ops.transpose(coupling, perm)
 
 
 def routing_loop(uniform_sum, weighted_sum, agreement, routings, output_axis):

@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_positive_int
+from keras_capsules.routing import coupling_by_input
 from keras_capsules.routing import route_by_agreement
 from keras_capsules.routing import routing_loop
 
@@ -184,12 +185,8 @@ class CapsuleLayer(keras.layers.Layer):
         outputs = ops.cast(outputs, dtype)
         if not return_coupling:
             return outputs
-        if coupling is None:
-            shape = ops.shape(u)
-            coupling = ops.full((shape[0], shape[1], n_out), 1.0 / n_out)
-        else:
-            coupling = ops.transpose(coupling, (1, 2, 0))
-        return outputs, coupling
+        shape = ops.shape(u)
+        return outputs, coupling_by_input(coupling, (1, 2, 0), shape[0], shape[1], n_out)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.num_capsules, self.capsule_dim)

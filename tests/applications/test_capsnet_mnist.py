@@ -59,6 +59,8 @@ def test_loss_is_margin_plus_reconstruction_of_the_true_capsule():
     np.testing.assert_allclose(total, expected, rtol=1e-5)
     one_hot = float(model.compute_loss(x, np.eye(10)[y], y_pred))
     np.testing.assert_allclose(one_hot, total, rtol=1e-6)
+    column = float(model.compute_loss(x, y[:, None], y_pred))
+    np.testing.assert_allclose(column, total, rtol=1e-6)
 
 
 @pytest.mark.parametrize("one_hot", [False, True], ids=["indices", "one-hot"])
