@@ -141,3 +141,279 @@ def routing_loop(uniform_sum, weighted_sum, agreement, routings, output_axis):
             update = agreement(outputs)
             logits = update if logits is None else logits + update
     return outputs, coupling
+
+
+INVERSE_TEMPERATURE = 0.01
+"""Default final inverse temperature `lambda` of EM routing."""
+
+VARIANCE_EPSILON = 1e-4
+"""Default floor of every per-dimension variance in EM routing."""
+
+EM_EPSILON = 1e-7
+"""Added to the summed responsibilities `sum_i R[i, j] a[i]` before dividing by them."""
+
+_LOG_2PI = 1.8378770664093453
+
+
+def inverse_temperatures(iterations, final=INVERSE_TEMPERATURE):
+    """The inverse temperature `lambda` of each EM iteration.
+
+    `lambda_t = final * (1 - 0.95 ** (t + 1))` for `t = 0 .. iterations - 1`:
+    small at first, so that early activations stay soft, and growing towards
+    `final`.
+    """
+    return [final * (1.0 - 0.95 ** (t + 1)) for t in range(iterations)]
+
+
+def em_routing(
+    votes,
+    activations,
+    beta_v,
+    beta_a,
+    iterations=3,
+    inverse_temperature=INVERSE_TEMPERATURE,
+    variance_epsilon=VARIANCE_EPSILON,
+    return_responsibilities=False,
+):
+    """EM routing between matrix capsules (Hinton, Sabour, Frosst 2018, Procedure 1).
+
+    Every output capsule `j` is a Gaussian cluster with a diagonal covariance
+    over the 16 entries of its pose. Starting from `R[i, j] = 1 / num_outputs`,
+    each iteration runs
+
+    - the M-step: with `r[i, j] = R[i, j] * a[i]` (the child's activation
+      weights its responsibilities *after* they were normalised),
+      `mu[j] = sum_i r V / sum_i r`,
+      `var[j] = sum_i r (V - mu)^2 / sum_i r` floored at `variance_epsilon`,
+      `cost[j] = (16 beta_v[j] + sum_h log sigma[j, h]) sum_i r[i, j]` and
+      `a[j] = sigmoid(lambda_t (beta_a[j] - cost[j]))`;
+    - the E-step (all but the last iteration): the log-density `log p[i, j]`
+      of each vote under its parent's Gaussian and
+      `R[i, j] = softmax_j(log a[j] + log p[i, j])`, in log space.
+
+    `lambda_t` follows `inverse_temperatures(iterations, inverse_temperature)`.
+    Three epsilons are involved: `variance_epsilon` floors the variance (so
+    `log sigma` and `1 / var` stay finite when all votes agree exactly),
+    `EM_EPSILON` (1e-7) is added to `sum_i r` before dividing, and negative
+    round-off in the expanded squares is clipped to zero.
+
+    The squared deviations are expanded, `sum_h (V - mu)^2 / var =
+    sum_h V^2 / var - 2 V mu / var + mu^2 / var`, so that every step is a
+    contraction of the votes (and their squares, computed once) with small
+    per-parent tensors: no tensor of the votes' size is created per iteration.
+    Routing computes in float32 for float16 / bfloat16 inputs.
+
+    Args:
+        votes: `V[i, j]`, shape `(batch, num_inputs, num_outputs, 16)`: each
+            child's 4x4 vote for each parent, flattened.
+        activations: child activations `a[i]` in [0, 1], shape
+            `(batch, num_inputs)`.
+        beta_v: per-parent cost offsets, shape `(num_outputs,)`.
+        beta_a: per-parent activation offsets, shape `(num_outputs,)`.
+        iterations: EM iterations, a positive integer.
+        inverse_temperature: the final `lambda`.
+        variance_epsilon: the variance floor.
+        return_responsibilities: also return `R` of the last E-step,
+            `(batch, num_inputs, num_outputs)`, summing to 1 over parents.
+
+    Returns:
+        `(poses, activations)`: the parents' means, `(batch, num_outputs, 16)`,
+        and activations in (0, 1), `(batch, num_outputs)`; then `R` if asked.
+
+    Example:
+
+    >>> import numpy as np
+    >>> votes = np.random.normal(size=(2, 32, 5, 16)).astype("float32")
+    >>> poses, acts = em_routing(votes, np.ones((2, 32), "float32"),
+    ...                          np.zeros(5, "float32"), np.zeros(5, "float32"))
+    >>> poses.shape, acts.shape
+    ((2, 5, 16), (2, 5))
+
+    Reference:
+        Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
+    """
+    check_positive_int("iterations", iterations)
+    votes = ops.convert_to_tensor(votes)
+    activations = ops.convert_to_tensor(activations)
+    if len(votes.shape) != 4:
+        raise ValueError(
+            "`votes` must have shape (batch, num_inputs, num_outputs, 16). "
+            f"Received: votes.shape={tuple(votes.shape)}"
+        )
+    if tuple(activations.shape) != tuple(votes.shape[:2]):
+        raise ValueError(
+            "`activations` must have shape (batch, num_inputs) matching `votes`. "
+            f"Received: activations.shape={tuple(activations.shape)}, "
+            f"votes.shape={tuple(votes.shape)}"
+        )
+    num_outputs = votes.shape[2]
+    dtype = ops.dtype(votes)
+    poses, acts, resp = em_route(
+        ops.expand_dims(ops.transpose(votes, (0, 2, 1, 3)), 1),
+        ops.expand_dims(activations, 1),
+        beta_v,
+        beta_a,
+        iterations,
+        inverse_temperature,
+        variance_epsilon,
+        initial_responsibility=1.0 / num_outputs,
+        log_normalize=normalize_over_outputs,
+    )
+    poses, acts = poses[:, 0], acts[:, 0]
+    if dtype in _LOW_PRECISION:
+        poses, acts = ops.cast(poses, dtype), ops.cast(acts, dtype)
+    if not return_responsibilities:
+        return poses, acts
+    if resp is None:
+        resp = ops.full(ops.shape(votes)[:3], 1.0 / num_outputs)
+    else:
+        resp = ops.transpose(resp[:, 0], (0, 2, 1))
+    return poses, acts, resp
+
+
+def normalize_over_outputs(logits):
+    """`log R` when each child's parents are the outputs of its site (axis 2)."""
+    return logits - ops.logsumexp(logits, axis=2, keepdims=True)
+
+
+def em_route(
+    votes,
+    activations,
+    beta_v,
+    beta_a,
+    iterations,
+    inverse_temperature,
+    variance_epsilon,
+    initial_responsibility,
+    log_normalize,
+):
+    """The iterations of EM routing, shared by `em_routing` and the matrix capsule layers.
+
+    Votes are grouped by *site*: a set of parents that see the same children
+    (one site for fully connected capsules, one per output position for
+    convolutional ones).
+
+    Args:
+        votes: `(batch, sites, num_outputs, num_inputs, 16)`; the input axis
+            sits next to the pose entries so that the M-step and the E-step are
+            batched matrix products over contiguous memory.
+        activations: `(batch, sites, num_inputs)`.
+        beta_v, beta_a: `(num_outputs,)`.
+        iterations, inverse_temperature, variance_epsilon: as `em_routing`.
+        initial_responsibility: `R` of the first M-step, a float or a tensor
+            broadcastable to `(batch, sites, num_outputs, num_inputs)`.
+        log_normalize: maps the E-step's logits `log a[j] + log p[i, j]`,
+            shaped like `R`, to `log R`, normalising over all the parents of
+            each child (a convolutional layer's children have parents at
+            several sites).
+
+    Returns:
+        `(poses, activations, R)`: `(batch, sites, num_outputs, 16)`,
+        `(batch, sites, num_outputs)` and the last E-step's `R` (`None` after
+        a single iteration).
+    """
+    if ops.dtype(votes) != "float32":
+        votes = ops.cast(votes, "float32")
+    if ops.dtype(activations) != "float32":
+        activations = ops.cast(activations, "float32")
+    beta_v = ops.cast(beta_v, "float32")
+    beta_a = ops.cast(beta_a, "float32")
+    dim = votes.shape[-1]
+    # The votes and their squares side by side, computed once: one matmul per step
+    # gives both moments (M-step) or both terms of the squared distance (E-step).
+    moments_of = ops.concatenate([votes, ops.square(votes)], axis=-1)
+    child_activations = ops.expand_dims(activations, 2)  # (batch, sites, 1, inputs)
+    responsibility = None
+    schedule = inverse_temperatures(iterations, inverse_temperature)
+    for t, lam in enumerate(schedule):
+        # M-step.
+        if responsibility is None:
+            weights = child_activations * initial_responsibility
+        else:
+            weights = responsibility * child_activations
+        total = ops.sum(weights, axis=-1)  # (batch, sites, outputs)
+        moments = ops.squeeze(ops.matmul(ops.expand_dims(weights, -2), moments_of), -2)
+        moments = moments / ops.expand_dims(total + EM_EPSILON, -1)
+        mean = moments[..., :dim]
+        variance = ops.maximum(moments[..., dim:] - ops.square(mean), 0.0) + variance_epsilon
+        log_variance = ops.log(variance)
+        cost = (dim * beta_v + 0.5 * ops.sum(log_variance, axis=-1)) * total
+        logit_a = lam * (beta_a - cost)
+        if t == iterations - 1:
+            return mean, ops.sigmoid(logit_a), responsibility
+        # E-step, in log space: log a[j] + log N(V[i, j]; mu[j], var[j]), with
+        # sum_h (V - mu)^2 / var = sum_h V^2 / var - 2 V mu / var + mu^2 / var.
+        inverse = 1.0 / variance
+        coefficients = ops.concatenate([-2.0 * mean * inverse, inverse], axis=-1)
+        squared = ops.squeeze(ops.matmul(moments_of, ops.expand_dims(coefficients, -1)), -1)
+        offset = ops.sum(ops.square(mean) * inverse, axis=-1, keepdims=True)
+        squared = ops.maximum(squared + offset, 0.0)  # (batch, sites, outputs, inputs)
+        log_norm = -0.5 * (ops.sum(log_variance, axis=-1, keepdims=True) + dim * _LOG_2PI)
+        logits = ops.expand_dims(ops.log_sigmoid(logit_a), -1) + log_norm - 0.5 * squared
+        responsibility = ops.exp(log_normalize(logits))
+
+
+def convolution_sites(height, width, kernel_size, strides):
+    """Which child each patch entry of a valid convolution reads, and its inverse.
+
+    A convolutional capsule layer with `kernel_size` and `strides` over a
+    `height x width` grid has `out_h x out_w` sites (output positions), each
+    reading a `kernel_size x kernel_size` patch. Entry `p = (site, kh, kw)`
+    of the flattened patches reads the child at position `children[p]`
+    (`row * width + column`). `parents_of[c]` lists the patch entries that read
+    child position `c`, padded with `len(children)`; `counts[c]` is their number
+    (0 for positions that no patch covers).
+
+    Returns:
+        `(children, parents_of, counts, (out_h, out_w))`, NumPy arrays.
+    """
+    import numpy as np
+
+    out_h = (height - kernel_size) // strides + 1
+    out_w = (width - kernel_size) // strides + 1
+    if out_h < 1 or out_w < 1:
+        raise ValueError(
+            f"A {kernel_size}x{kernel_size} kernel does not fit a {height}x{width} grid "
+            f"of capsules. Received: kernel_size={kernel_size}, input grid {height}x{width}"
+        )
+    oy, ox, ky, kx = np.meshgrid(
+        np.arange(out_h),
+        np.arange(out_w),
+        np.arange(kernel_size),
+        np.arange(kernel_size),
+        indexing="ij",
+    )
+    children = ((oy * strides + ky) * width + (ox * strides + kx)).reshape(-1)
+    counts = np.bincount(children, minlength=height * width)
+    parents_of = np.full((height * width, max(int(counts.max()), 1)), len(children))
+    filled = np.zeros(height * width, dtype=int)
+    for entry, child in enumerate(children):
+        parents_of[child, filled[child]] = entry
+        filled[child] += 1
+    return children.astype("int32"), parents_of.astype("int32"), counts, (out_h, out_w)
+
+
+def normalize_over_positions(logits, children, parents_of):
+    """`log R` for a convolutional layer: each child over all types x positions of its parents.
+
+    Args:
+        logits: `(batch, sites, num_outputs, patch_size, num_input_types)`.
+        children, parents_of: from `convolution_sites` (`sites * patch_size`
+            patch entries).
+
+    Returns:
+        `log R`, shaped like `logits`: for every child, `exp(log R)` sums to 1
+        over the output types of every site whose patch contains it.
+    """
+    shape = ops.shape(logits)
+    batch, num_types = shape[0], shape[-1]
+    # Per patch entry: log-sum-exp over the output types of its site.
+    local = ops.logsumexp(logits, axis=2)  # (batch, sites, patch, types)
+    local = ops.reshape(local, (batch, -1, num_types))
+    padding = ops.full((batch, 1, num_types), -1e30, dtype=local.dtype)
+    local = ops.concatenate([local, padding], axis=1)
+    # Per child: log-sum-exp over the patch entries that read it.
+    per_child = ops.logsumexp(ops.take(local, parents_of, axis=1), axis=2)
+    per_entry = ops.take(per_child, children, axis=1)  # (batch, sites * patch, types)
+    per_entry = ops.reshape(per_entry, (batch, shape[1], 1, shape[3], num_types))
+    return logits - per_entry

@@ -1,0 +1,224 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_capsules.routing import EM_EPSILON
+from keras_capsules.routing import convolution_sites
+from keras_capsules.routing import em_routing
+from keras_capsules.routing import inverse_temperatures
+from tests.conftest import gradient
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def numpy_em_edges(
+    votes,
+    child_of,
+    parent_of,
+    child_act,
+    beta_v,
+    beta_a,
+    parent_type,
+    iterations,
+    final_lambda,
+    var_eps,
+):
+    """EM routing on an explicit list of edges, in float64 with direct squares.
+
+    votes: (E, 16); child_of / parent_of: (E,) ids; child_act: per child id;
+    beta_v / beta_a indexed by parent type; parent_type: per parent id.
+    Returns per-parent means, activations and the last R per edge.
+    """
+    votes = votes.astype("float64")
+    num_parents = parent_type.shape[0]
+    num_children = child_act.shape[0]
+    r = np.zeros(len(votes))
+    for c in range(num_children):  # R = 1 / |parents of c|
+        mine = child_of == c
+        r[mine] = 1.0 / max(mine.sum(), 1)
+    last_r = None
+    for t in range(iterations):
+        lam = final_lambda * (1 - 0.95 ** (t + 1))
+        mu = np.zeros((num_parents, 16))
+        var = np.zeros((num_parents, 16))
+        act = np.zeros(num_parents)
+        for j in range(num_parents):
+            e = parent_of == j
+            w = r[e] * child_act[child_of[e]]
+            total = w.sum()
+            mu[j] = (w[:, None] * votes[e]).sum(0) / (total + EM_EPSILON)
+            var[j] = (w[:, None] * (votes[e] - mu[j]) ** 2).sum(0) / (total + EM_EPSILON)
+            var[j] += var_eps
+            k = parent_type[j]
+            cost = (16 * beta_v[k] + np.log(np.sqrt(var[j])).sum()) * total
+            act[j] = sigmoid(lam * (beta_a[k] - cost))
+        if t == iterations - 1:
+            return mu, act, last_r
+        log_p = np.array(
+            [
+                np.sum(
+                    -((votes[e] - mu[parent_of[e]]) ** 2) / (2 * var[parent_of[e]])
+                    - 0.5 * np.log(2 * np.pi * var[parent_of[e]])
+                )
+                for e in range(len(votes))
+            ]
+        )
+        logits = np.log(act[parent_of]) + log_p
+        for c in range(num_children):
+            mine = np.flatnonzero(child_of == c)
+            if len(mine):
+                z = np.exp(logits[mine] - logits[mine].max())
+                r[mine] = z / z.sum()
+        last_r = r.copy()
+
+
+def reference_fully_connected(votes, activations, beta_v, beta_a, iterations, lam, eps):
+    batch, num_in, num_out, _ = votes.shape
+    child_of, parent_of = np.divmod(np.arange(num_in * num_out), num_out)
+    poses, acts, resp = [], [], []
+    for n in range(batch):
+        mu, act, r = numpy_em_edges(
+            votes[n].reshape(-1, 16),
+            child_of,
+            parent_of,
+            activations[n].astype("float64"),
+            beta_v,
+            beta_a,
+            np.arange(num_out),
+            iterations,
+            lam,
+            eps,
+        )
+        poses.append(mu)
+        acts.append(act)
+        resp.append(
+            np.full((num_in, num_out), 1 / num_out) if r is None else r.reshape(num_in, num_out)
+        )
+    return np.stack(poses), np.stack(acts), np.stack(resp)
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("shape", [(2, 12, 3), (1, 40, 5), (2, 7, 1)])
+def test_matches_numpy_procedure(shape, iterations):
+    rng = np.random.default_rng(iterations)
+    batch, num_in, num_out = shape
+    votes = rng.normal(size=(batch, num_in, num_out, 16)).astype("float32")
+    votes[:, : num_in // 2, 0] += 1.5  # some agreement to route on
+    activations = rng.uniform(0.2, 1.0, size=(batch, num_in)).astype("float32")
+    beta_v = rng.normal(size=num_out).astype("float32")
+    beta_a = rng.normal(size=num_out).astype("float32")
+    # A large final lambda makes the activations depend strongly on the costs.
+    expected = reference_fully_connected(votes, activations, beta_v, beta_a, iterations, 0.5, 1e-4)
+    got = em_routing(
+        votes,
+        activations,
+        beta_v,
+        beta_a,
+        iterations,
+        inverse_temperature=0.5,
+        variance_epsilon=1e-4,
+        return_responsibilities=True,
+    )
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(ops.convert_to_numpy(g), e, rtol=2e-4, atol=2e-5)
+
+
+def test_responsibilities_sum_to_one_and_activations_in_unit_interval():
+    rng = np.random.default_rng(0)
+    votes = rng.normal(size=(3, 30, 6, 16)).astype("float32")
+    _, acts, resp = em_routing(
+        votes,
+        np.ones((3, 30), "float32"),
+        np.zeros(6),
+        np.zeros(6),
+        iterations=3,
+        return_responsibilities=True,
+    )
+    np.testing.assert_allclose(ops.convert_to_numpy(resp).sum(-1), 1.0, atol=1e-5)
+    acts = ops.convert_to_numpy(acts)
+    assert np.all((acts > 0) & (acts < 1))
+
+
+def test_inverse_temperature_schedule_grows_towards_final():
+    schedule = inverse_temperatures(3, 0.01)
+    np.testing.assert_allclose(schedule, [0.01 * (1 - 0.95**t) for t in (1, 2, 3)])
+    assert schedule[0] < schedule[1] < schedule[2] < 0.01
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-8, 1.0, 1e4])
+@pytest.mark.parametrize("iterations", [1, 3, 5])
+def test_finite_values_and_gradients(scale, iterations):
+    rng = np.random.default_rng(2)
+    votes = (scale * rng.normal(size=(2, 20, 4, 16))).astype("float32")
+    activations = rng.uniform(size=(2, 20)).astype("float32")
+    zeros = np.zeros(4, "float32")
+
+    def routed(v):
+        poses, acts = em_routing(v, activations, zeros, zeros, iterations=iterations)
+        return ops.sum(poses, axis=-1) + acts
+
+    values = ops.convert_to_numpy(routed(votes))
+    assert np.all(np.isfinite(values))
+    assert np.all(np.isfinite(gradient(routed, votes)))
+
+
+def test_zero_activations_stay_finite():
+    votes = np.random.default_rng(3).normal(size=(1, 10, 3, 16)).astype("float32")
+    poses, acts = em_routing(votes, np.zeros((1, 10), "float32"), np.zeros(3), np.zeros(3))
+    assert np.all(np.isfinite(ops.convert_to_numpy(poses)))
+    assert np.all(np.isfinite(ops.convert_to_numpy(acts)))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_low_precision_votes_route_in_float32(dtype):
+    rng = np.random.default_rng(4)
+    votes = rng.normal(size=(2, 16, 3, 16)).astype("float32")
+    activations = rng.uniform(size=(2, 16)).astype("float32")
+    low = ops.cast(votes, dtype)
+    poses, acts = em_routing(low, ops.cast(activations, dtype), np.zeros(3), np.zeros(3))
+    assert ops.dtype(poses) == dtype and ops.dtype(acts) == dtype
+    ref_poses, _ = em_routing(ops.cast(low, "float32"), activations, np.zeros(3), np.zeros(3))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ops.cast(poses, "float32")),
+        ops.convert_to_numpy(ref_poses),
+        rtol=0.05,
+        atol=0.05,
+    )
+    assert np.all(
+        np.isfinite(
+            gradient(lambda v: em_routing(v, activations, np.zeros(3), np.zeros(3))[1], low)
+        )
+    )
+
+
+def test_bad_shapes_name_the_argument():
+    with pytest.raises(ValueError, match="votes"):
+        em_routing(np.zeros((2, 3, 16)), np.zeros((2, 3)), np.zeros(1), np.zeros(1))
+    with pytest.raises(ValueError, match="activations"):
+        em_routing(np.zeros((2, 3, 4, 16)), np.zeros((2, 4)), np.zeros(4), np.zeros(4))
+    with pytest.raises(ValueError, match="iterations"):
+        em_routing(np.zeros((2, 3, 4, 16)), np.zeros((2, 3)), np.zeros(4), np.zeros(4), 0)
+
+
+def test_convolution_sites_lists_every_reader_of_every_child():
+    children, parents_of, counts, (out_h, out_w) = convolution_sites(7, 6, 3, 2)
+    assert (out_h, out_w) == (3, 2)
+    # Brute force: patch entry (oy, ox, ky, kx) reads child (2 oy + ky, 2 ox + kx).
+    readers = {}
+    entry = 0
+    for oy in range(3):
+        for ox in range(2):
+            for ky in range(3):
+                for kx in range(3):
+                    child = (2 * oy + ky) * 6 + 2 * ox + kx
+                    assert children[entry] == child
+                    readers.setdefault(child, []).append(entry)
+                    entry += 1
+    for child in range(42):
+        listed = sorted(p for p in parents_of[child] if p < len(children))
+        assert listed == readers.get(child, [])
+        assert counts[child] == len(listed)
+    with pytest.raises(ValueError, match="kernel_size"):
+        convolution_sites(2, 2, 3, 1)
