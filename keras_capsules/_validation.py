@@ -5,3 +5,34 @@ def check_positive_int(name, value):
     """Raise a `ValueError` naming `name` unless `value` is a positive integer."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def check_capsule_inputs(input_shape, layer_name, spatial):
+    """Check the `(poses, activations)` input shapes of a matrix capsule layer.
+
+    Poses are `(batch, height, width, types, 16)` and activations
+    `(batch, height, width, types)` when `spatial`, else `(batch, capsules, 16)`
+    and `(batch, capsules)`. Returns the two shapes; raises a `ValueError`
+    naming the layer and the shapes otherwise.
+    """
+    rank = 5 if spatial else 3
+    layout = "(batch, height, width, types" if spatial else "(batch, capsules"
+    try:
+        poses_shape, activations_shape = (tuple(s) for s in input_shape)
+    except (TypeError, ValueError):
+        poses_shape = activations_shape = None
+    if (
+        poses_shape is None
+        or not isinstance(poses_shape[0] if poses_shape else None, (int, type(None)))
+        or len(poses_shape) != rank
+        or len(activations_shape) != rank - 1
+        or poses_shape[-1] != 16
+        or tuple(poses_shape[1:-1]) != tuple(activations_shape[1:])
+        or poses_shape[-2] is None
+    ):
+        raise ValueError(
+            f"Layer {layer_name!r} expects inputs (poses, activations) with poses of shape "
+            f"{layout}, 16) (flattened 4x4 matrices) and activations of shape {layout}). "
+            f"Received: input_shape={input_shape}"
+        )
+    return poses_shape, activations_shape

@@ -1,0 +1,164 @@
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules import routing
+from keras_capsules._validation import check_capsule_inputs
+from keras_capsules._validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ClassMatrixCapsule(keras.layers.Layer):
+    """Class capsules: every capsule of a grid votes for each class, with coordinate addition.
+
+    A child of type `i` at any position votes for class `j` with
+    `V = M @ W[i, j]`; `W` is shared by all positions of a type. With
+    coordinate addition (the default, as the paper) the scaled position of the
+    child, `((row + 0.5) / height, (column + 0.5) / width)`, the centre of its
+    cell in the grid, is added to the first two entries of the right-hand
+    column of its vote, so that the class poses can know where their parts
+    are. EM routing over all children (`keras_capsules.routing.em_routing`)
+    gives each class a pose and an activation.
+
+    Args:
+        num_classes: number of class capsules.
+        iterations: EM iterations, a positive integer (3).
+        coordinate_addition: add the children's positions to their votes.
+        inverse_temperature: final inverse temperature `lambda` of routing.
+        variance_epsilon: floor of the routing variances.
+        kernel_initializer: initializer of `W`, shape
+            `(input_types, num_classes, 4, 4)`. Default: truncated normal with
+            standard deviation 0.5.
+        kernel_regularizer: optional regularizer of `W`.
+        **kwargs: base layer arguments such as `name` and `dtype`.
+
+    Call arguments:
+        inputs: `(poses, activations)`: `(batch, height, width, input_types,
+            16)` and `(batch, height, width, input_types)`.
+        return_responsibilities: if `True`, also return `R` of the last
+            E-step, `(batch, height, width, input_types, num_classes)`,
+            summing to 1 over classes.
+
+    Returns:
+        `(poses, activations)`: `(batch, num_classes, 16)` and
+        `(batch, num_classes)`, activations in (0, 1).
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = ClassMatrixCapsule(num_classes=5)
+    >>> poses, acts = layer((np.zeros((2, 4, 4, 16, 16), "float32"),
+    ...                      np.ones((2, 4, 4, 16), "float32")))
+    >>> poses.shape, acts.shape
+    ((2, 5, 16), (2, 5))
+
+    Reference:
+        Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018,
+        section 2.1 (coordinate addition) and section 3 (class capsules).
+    """
+
+    def __init__(
+        self,
+        num_classes,
+        iterations=3,
+        coordinate_addition=True,
+        inverse_temperature=routing.INVERSE_TEMPERATURE,
+        variance_epsilon=routing.VARIANCE_EPSILON,
+        kernel_initializer=None,
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("num_classes", num_classes)
+        check_positive_int("iterations", iterations)
+        if not inverse_temperature > 0:
+            raise ValueError(
+                f"`inverse_temperature` must be positive. Received: {inverse_temperature!r}"
+            )
+        if not variance_epsilon > 0:
+            raise ValueError(f"`variance_epsilon` must be positive. Received: {variance_epsilon!r}")
+        self.num_classes = num_classes
+        self.iterations = iterations
+        self.coordinate_addition = bool(coordinate_addition)
+        self.inverse_temperature = float(inverse_temperature)
+        self.variance_epsilon = float(variance_epsilon)
+        if kernel_initializer is None:
+            kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.5)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+
+    def build(self, input_shape):
+        poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True)
+        height, width, input_types = poses_shape[1], poses_shape[2], poses_shape[3]
+        if height is None or width is None:
+            raise ValueError(
+                f"Layer {self.name!r} needs a known height and width of the input grid. "
+                f"Received: poses shape {tuple(poses_shape)}"
+            )
+        offsets = np.zeros((height, width, input_types, 16), "float32")
+        if self.coordinate_addition:
+            offsets[..., 3] = ((np.arange(height) + 0.5) / height)[:, None, None]
+            offsets[..., 7] = ((np.arange(width) + 0.5) / width)[None, :, None]
+        self._offsets = offsets.reshape(-1, 16)
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(input_types, self.num_classes, 4, 4),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+        )
+        self.beta_v = self.add_weight(name="beta_v", shape=(self.num_classes,), initializer="zeros")
+        self.beta_a = self.add_weight(name="beta_a", shape=(self.num_classes,), initializer="zeros")
+
+    def call(self, inputs, return_responsibilities=False):
+        poses, activations = inputs
+        shape = ops.shape(poses)
+        batch, height, width, types = shape[0], shape[1], shape[2], shape[3]
+        num_inputs = height * width * types
+        poses = ops.reshape(ops.cast(poses, "float32"), (batch, height * width, types, 4, 4))
+        kernel = ops.cast(self.kernel, "float32")
+        votes = ops.einsum("bpikl,ijlm->bjpikm", poses, kernel)
+        votes = ops.reshape(votes, (batch, self.num_classes, num_inputs, 16))
+        if self.coordinate_addition:
+            votes = votes + ops.convert_to_tensor(self._offsets)
+        child_activations = ops.reshape(ops.cast(activations, "float32"), (batch, 1, num_inputs))
+        out_poses, out_activations, resp = routing.em_route(
+            ops.expand_dims(votes, 1),
+            child_activations,
+            self.beta_v,
+            self.beta_a,
+            self.iterations,
+            self.inverse_temperature,
+            self.variance_epsilon,
+            initial_responsibility=1.0 / self.num_classes,
+            log_normalize=routing.normalize_over_outputs,
+        )
+        out_poses = ops.cast(out_poses[:, 0], self.compute_dtype)
+        out_activations = ops.cast(out_activations[:, 0], self.compute_dtype)
+        if not return_responsibilities:
+            return out_poses, out_activations
+        if resp is None:
+            resp = ops.full((batch, height, width, types, self.num_classes), 1.0 / self.num_classes)
+        else:
+            resp = ops.transpose(resp[:, 0], (0, 2, 1))
+            resp = ops.reshape(resp, (batch, height, width, types, self.num_classes))
+        return out_poses, out_activations, resp
+
+    def compute_output_shape(self, input_shape):
+        poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True)
+        batch = poses_shape[0]
+        return (batch, self.num_classes, 16), (batch, self.num_classes)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "iterations": self.iterations,
+                "coordinate_addition": self.coordinate_addition,
+                "inverse_temperature": self.inverse_temperature,
+                "variance_epsilon": self.variance_epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            }
+        )
+        return config

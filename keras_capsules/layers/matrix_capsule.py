@@ -1,0 +1,210 @@
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules import routing
+from keras_capsules._validation import check_capsule_inputs
+from keras_capsules._validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class MatrixCapsule(keras.layers.Layer):
+    """Convolutional matrix capsules with EM routing (ConvCaps1 / ConvCaps2 of the paper).
+
+    Every output position reads a `kernel_size x kernel_size` patch of input
+    capsules. A child of type `i` at kernel offset `k` votes for a parent of
+    type `j` with `V = M @ W[k, i, j]`, its 4x4 pose times a learned 4x4
+    matrix; the same `W` serves every position. EM routing
+    (`keras_capsules.routing.em_routing`'s iterations) turns the votes into
+    the parents' poses and activations. A child is read by the parents of
+    several positions, and its responsibilities `R` are normalised over all of
+    them, types x positions, as the official code does (normalising over the
+    types of one position only is a common mistake). The votes are one
+    batched product of the gathered patches with `W`: nothing is tiled.
+
+    Args:
+        capsule_types: number of output capsule types (C or D in the paper).
+        kernel_size: side of the square kernel, a positive integer (3).
+        strides: stride of the kernel, a positive integer.
+        iterations: EM iterations, a positive integer (3).
+        inverse_temperature: final inverse temperature `lambda` of routing.
+        variance_epsilon: floor of the routing variances.
+        kernel_initializer: initializer of `W`, shape
+            `(kernel_size * kernel_size * input_types, capsule_types, 4, 4)`.
+            Default: truncated normal with standard deviation 0.5, so that
+            votes have the scale of the poses.
+        kernel_regularizer: optional regularizer of `W`.
+        **kwargs: base layer arguments such as `name` and `dtype`.
+
+    Call arguments:
+        inputs: `(poses, activations)`: poses `(batch, height, width,
+            input_types, 16)` (flattened 4x4 matrices) and activations
+            `(batch, height, width, input_types)`.
+        return_responsibilities: if `True`, also return `R` of the last
+            E-step, shape `(batch, out_h, out_w, kernel_size, kernel_size,
+            input_types, capsule_types)`: `R[b, y, x, ky, kx, i, j]` is the
+            share of the child at `(y * strides + ky, x * strides + kx, i)`
+            given to parent `(y, x, j)`.
+
+    Returns:
+        `(poses, activations)`: `(batch, out_h, out_w, capsule_types, 16)` and
+        `(batch, out_h, out_w, capsule_types)`, with `out_h = (height -
+        kernel_size) // strides + 1` (valid padding).
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = MatrixCapsule(capsule_types=16, kernel_size=3, strides=2)
+    >>> poses, acts = layer((np.zeros((2, 14, 14, 8, 16), "float32"),
+    ...                      np.ones((2, 14, 14, 8), "float32")))
+    >>> poses.shape, acts.shape
+    ((2, 6, 6, 16, 16), (2, 6, 6, 16))
+
+    Reference:
+        Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
+    """
+
+    def __init__(
+        self,
+        capsule_types,
+        kernel_size=3,
+        strides=1,
+        iterations=3,
+        inverse_temperature=routing.INVERSE_TEMPERATURE,
+        variance_epsilon=routing.VARIANCE_EPSILON,
+        kernel_initializer=None,
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("capsule_types", capsule_types)
+        check_positive_int("kernel_size", kernel_size)
+        check_positive_int("strides", strides)
+        check_positive_int("iterations", iterations)
+        if not inverse_temperature > 0:
+            raise ValueError(
+                f"`inverse_temperature` must be positive. Received: {inverse_temperature!r}"
+            )
+        if not variance_epsilon > 0:
+            raise ValueError(f"`variance_epsilon` must be positive. Received: {variance_epsilon!r}")
+        self.capsule_types = capsule_types
+        self.kernel_size = kernel_size
+        self.strides = strides
+        self.iterations = iterations
+        self.inverse_temperature = float(inverse_temperature)
+        self.variance_epsilon = float(variance_epsilon)
+        if kernel_initializer is None:
+            kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.5)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+
+    def build(self, input_shape):
+        poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True)
+        height, width, input_types = poses_shape[1], poses_shape[2], poses_shape[3]
+        if height is None or width is None:
+            raise ValueError(
+                f"Layer {self.name!r} needs a known height and width of the input grid. "
+                f"Received: poses shape {tuple(poses_shape)}"
+            )
+        children, parents_of, counts, out_size = routing.convolution_sites(
+            height, width, self.kernel_size, self.strides
+        )
+        self._children = children
+        self._parents_of = parents_of
+        self._out_size = out_size
+        patch = self.kernel_size * self.kernel_size
+        # R of the first M-step: each child split evenly over all its parents.
+        initial = 1.0 / (counts[children] * self.capsule_types)
+        initial = np.repeat(initial.reshape(-1, patch, 1), input_types, axis=-1)
+        self._initial = initial.reshape(1, -1, 1, patch * input_types).astype("float32")
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(patch * input_types, self.capsule_types, 4, 4),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+        )
+        self.beta_v = self.add_weight(
+            name="beta_v", shape=(self.capsule_types,), initializer="zeros"
+        )
+        self.beta_a = self.add_weight(
+            name="beta_a", shape=(self.capsule_types,), initializer="zeros"
+        )
+
+    def call(self, inputs, return_responsibilities=False):
+        poses, activations = inputs
+        poses = ops.cast(poses, "float32")
+        activations = ops.cast(activations, "float32")
+        shape = ops.shape(poses)
+        batch, height, width, types = shape[0], shape[1], shape[2], shape[3]
+        out_h, out_w = self._out_size
+        sites = out_h * out_w
+        patch = self.kernel_size * self.kernel_size
+        num_inputs = patch * types
+        # Gather each site's patch of children: (batch, sites, patch * types, 17).
+        grid = ops.concatenate([poses, ops.expand_dims(activations, -1)], axis=-1)
+        grid = ops.reshape(grid, (batch, height * width, types, 17))
+        patches = ops.take(grid, self._children, axis=1)
+        patches = ops.reshape(patches, (batch, sites, num_inputs, 17))
+        child_poses = ops.reshape(patches[..., :16], (batch, sites, num_inputs, 4, 4))
+        child_activations = patches[..., 16]
+        kernel = ops.cast(self.kernel, "float32")
+        votes = ops.einsum("bsikl,ijlm->bsjikm", child_poses, kernel)
+        votes = ops.reshape(votes, (batch, sites, self.capsule_types, num_inputs, 16))
+
+        def log_normalize(logits):
+            logits = ops.reshape(logits, (batch, sites, self.capsule_types, patch, types))
+            log_r = routing.normalize_over_positions(logits, self._children, self._parents_of)
+            return ops.reshape(log_r, (batch, sites, self.capsule_types, num_inputs))
+
+        out_poses, out_activations, resp = routing.em_route(
+            votes,
+            child_activations,
+            self.beta_v,
+            self.beta_a,
+            self.iterations,
+            self.inverse_temperature,
+            self.variance_epsilon,
+            initial_responsibility=ops.convert_to_tensor(self._initial),
+            log_normalize=log_normalize,
+        )
+        out_poses = ops.reshape(out_poses, (batch, out_h, out_w, self.capsule_types, 16))
+        out_activations = ops.reshape(out_activations, (batch, out_h, out_w, self.capsule_types))
+        out_poses = ops.cast(out_poses, self.compute_dtype)
+        out_activations = ops.cast(out_activations, self.compute_dtype)
+        if not return_responsibilities:
+            return out_poses, out_activations
+        if resp is None:
+            resp = ops.broadcast_to(
+                ops.convert_to_tensor(self._initial),
+                (batch, sites, self.capsule_types, num_inputs),
+            )
+        k = self.kernel_size
+        resp = ops.reshape(resp, (batch, out_h, out_w, self.capsule_types, k, k, types))
+        resp = ops.transpose(resp, (0, 1, 2, 4, 5, 6, 3))
+        return out_poses, out_activations, resp
+
+    def compute_output_shape(self, input_shape):
+        poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True)
+        batch, height, width = poses_shape[0], poses_shape[1], poses_shape[2]
+        out_h = None if height is None else (height - self.kernel_size) // self.strides + 1
+        out_w = None if width is None else (width - self.kernel_size) // self.strides + 1
+        return (
+            (batch, out_h, out_w, self.capsule_types, 16),
+            (batch, out_h, out_w, self.capsule_types),
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "capsule_types": self.capsule_types,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "iterations": self.iterations,
+                "inverse_temperature": self.inverse_temperature,
+                "variance_epsilon": self.variance_epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            }
+        )
+        return config

@@ -1,0 +1,122 @@
+import keras
+from keras import ops
+
+from keras_capsules._validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class PrimaryMatrixCapsule(keras.layers.Layer):
+    """Primary matrix capsules: a convolution to 4x4 poses and sigmoid activations.
+
+    One 2D convolution with `capsule_types * 17` filters; at every position
+    and type, 16 channels are the (linear) entries of a 4x4 pose matrix and
+    one, through a sigmoid, is the capsule's activation. The paper uses a 1x1
+    kernel on the ReLU Conv1 features.
+
+    Args:
+        capsule_types: number of capsule types (B in the paper).
+        kernel_size: int or tuple of 2 ints (1).
+        strides: int or tuple of 2 ints (1).
+        padding: `"valid"` or `"same"`.
+        kernel_initializer: initializer of the convolution kernel.
+        bias_initializer: initializer of the convolution bias.
+        kernel_regularizer: optional regularizer of the convolution kernel.
+        **kwargs: base layer arguments such as `name` and `dtype`.
+
+    Call arguments:
+        inputs: feature maps, shape `(batch, height, width, channels)`.
+
+    Returns:
+        `(poses, activations)`: `(batch, out_h, out_w, capsule_types, 16)`
+        (flattened 4x4 matrices) and `(batch, out_h, out_w, capsule_types)`
+        in (0, 1).
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = PrimaryMatrixCapsule(capsule_types=32)
+    >>> poses, acts = layer(np.zeros((2, 14, 14, 32), "float32"))
+    >>> poses.shape, acts.shape
+    ((2, 14, 14, 32, 16), (2, 14, 14, 32))
+
+    Reference:
+        Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018,
+        section 3 (PrimaryCaps).
+    """
+
+    def __init__(
+        self,
+        capsule_types,
+        kernel_size=1,
+        strides=1,
+        padding="valid",
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("capsule_types", capsule_types)
+        if padding not in ("valid", "same"):
+            raise ValueError(f'`padding` must be "valid" or "same". Received: padding={padding!r}')
+        self.capsule_types = capsule_types
+        self.kernel_size = kernel_size
+        self.strides = strides
+        self.padding = padding
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.input_spec = keras.layers.InputSpec(ndim=4)
+
+    def build(self, input_shape):
+        if len(input_shape) != 4 or input_shape[-1] is None:
+            raise ValueError(
+                "PrimaryMatrixCapsule expects inputs of shape (batch, height, width, "
+                f"channels) with a known channel count. Received: input_shape={input_shape}"
+            )
+        self.conv = keras.layers.Conv2D(
+            self.capsule_types * 17,
+            self.kernel_size,
+            strides=self.strides,
+            padding=self.padding,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            kernel_regularizer=self.kernel_regularizer,
+            dtype=self.dtype_policy,
+            name="conv",
+        )
+        self.conv.build(input_shape)
+
+    def call(self, inputs):
+        features = self.conv(inputs)
+        shape = ops.shape(features)
+        grid = (shape[0], shape[1], shape[2])
+        poses = ops.reshape(
+            features[..., : 16 * self.capsule_types], grid + (self.capsule_types, 16)
+        )
+        activations = ops.sigmoid(features[..., 16 * self.capsule_types :])
+        return poses, activations
+
+    def compute_output_shape(self, input_shape):
+        if not hasattr(self, "conv"):
+            self.build(input_shape)
+        batch, height, width, _ = self.conv.compute_output_shape(input_shape)
+        return (
+            (batch, height, width, self.capsule_types, 16),
+            (batch, height, width, self.capsule_types),
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "capsule_types": self.capsule_types,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "padding": self.padding,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            }
+        )
+        return config

@@ -1,0 +1,167 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_capsules.layers import MatrixCapsule
+from tests.conftest import gradient
+from tests.test_em_routing import numpy_em_edges
+
+
+def brute_force(layer, poses, activations):
+    """The conv layer's EM routing, every (child, parent) edge enumerated by position."""
+    kernel = ops.convert_to_numpy(layer.kernel).astype("float64")
+    beta_v = ops.convert_to_numpy(layer.beta_v)
+    beta_a = ops.convert_to_numpy(layer.beta_a)
+    batch, height, width, types, _ = poses.shape
+    k, s, c_out = layer.kernel_size, layer.strides, layer.capsule_types
+    out_h, out_w = (height - k) // s + 1, (width - k) // s + 1
+    edges = []  # (oy, ox, ky, kx, i, j)
+    for oy in range(out_h):
+        for ox in range(out_w):
+            for ky in range(k):
+                for kx in range(k):
+                    for i in range(types):
+                        for j in range(c_out):
+                            edges.append((oy, ox, ky, kx, i, j))
+    edges = np.array(edges)
+    oy, ox, ky, kx, i, j = edges.T
+    cy, cx = oy * s + ky, ox * s + kx
+    child_of = (cy * width + cx) * types + i
+    parent_of = (oy * out_w + ox) * c_out + j
+    parent_type = np.tile(np.arange(c_out), out_h * out_w)
+    w = kernel[(ky * k + kx) * types + i, j]  # (E, 4, 4)
+    results = []
+    for n in range(batch):
+        m = poses[n, cy, cx, i].reshape(-1, 4, 4).astype("float64")
+        votes = np.einsum("ekl,elm->ekm", m, w).reshape(-1, 16)
+        mu, act, r = numpy_em_edges(
+            votes,
+            child_of,
+            parent_of,
+            activations[n].reshape(-1).astype("float64"),
+            beta_v,
+            beta_a,
+            parent_type,
+            layer.iterations,
+            layer.inverse_temperature,
+            layer.variance_epsilon,
+        )
+        resp = np.zeros((out_h, out_w, k, k, types, c_out))
+        if r is not None:
+            resp[oy, ox, ky, kx, i, j] = r
+        results.append(
+            (mu.reshape(out_h, out_w, c_out, 16), act.reshape(out_h, out_w, c_out), resp)
+        )
+    return [np.stack(x) for x in zip(*results)]
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3])
+@pytest.mark.parametrize("grid,kernel_size,strides", [(5, 3, 1), (7, 3, 2), (4, 2, 2)])
+def test_matches_brute_force_over_positions(grid, kernel_size, strides, iterations):
+    rng = np.random.default_rng(grid + iterations)
+    poses = rng.normal(size=(2, grid, grid, 2, 16)).astype("float32")
+    activations = rng.uniform(0.2, 1.0, size=(2, grid, grid, 2)).astype("float32")
+    layer = MatrixCapsule(3, kernel_size, strides, iterations=iterations, inverse_temperature=0.3)
+    layer.build([poses.shape, activations.shape])
+    layer.beta_v.assign(rng.normal(size=3).astype("float32"))
+    layer.beta_a.assign(rng.normal(size=3).astype("float32"))
+    out_poses, out_acts, resp = layer((poses, activations), return_responsibilities=True)
+    exp_poses, exp_acts, exp_resp = brute_force(layer, poses, activations)
+    np.testing.assert_allclose(ops.convert_to_numpy(out_poses), exp_poses, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(out_acts), exp_acts, rtol=2e-4, atol=2e-5)
+    if iterations > 1:
+        np.testing.assert_allclose(ops.convert_to_numpy(resp), exp_resp, rtol=2e-4, atol=2e-5)
+
+
+def test_responsibilities_sum_to_one_over_types_and_positions():
+    rng = np.random.default_rng(0)
+    poses = rng.normal(size=(2, 7, 7, 3, 16)).astype("float32")
+    activations = rng.uniform(size=(2, 7, 7, 3)).astype("float32")
+    layer = MatrixCapsule(4, 3, 2, iterations=3)
+    _, acts, resp = layer((poses, activations), return_responsibilities=True)
+    resp = ops.convert_to_numpy(resp)  # (2, 3, 3, 3, 3, 3 types, 4)
+    totals = np.zeros((2, 7, 7, 3))
+    for oy in range(3):
+        for ox in range(3):
+            for ky in range(3):
+                for kx in range(3):
+                    totals[:, 2 * oy + ky, 2 * ox + kx] += resp[:, oy, ox, ky, kx].sum(-1)
+    np.testing.assert_allclose(totals, 1.0, atol=1e-5)  # every child of a 7x7 grid is read
+    # Per position alone they do not: children at shared borders split between positions.
+    assert not np.allclose(resp.sum(-1), 1.0, atol=1e-3)
+    acts = ops.convert_to_numpy(acts)
+    assert np.all((acts > 0) & (acts < 1))
+
+
+def test_shapes_and_output_shape():
+    layer = MatrixCapsule(16, 3, 2)
+    shapes = [(None, 14, 14, 8, 16), (None, 14, 14, 8)]
+    assert layer.compute_output_shape(shapes) == ((None, 6, 6, 16, 16), (None, 6, 6, 16))
+    poses, acts = layer(
+        (np.zeros((2, 14, 14, 8, 16), "float32"), np.ones((2, 14, 14, 8), "float32"))
+    )
+    assert poses.shape == (2, 6, 6, 16, 16) and acts.shape == (2, 6, 6, 16)
+    assert layer.kernel.shape == (72, 16, 4, 4)  # one W per kernel position and type pair
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-8, 1e4])
+def test_finite_values_and_gradients(scale):
+    rng = np.random.default_rng(1)
+    poses = (scale * rng.normal(size=(1, 5, 5, 2, 16))).astype("float32")
+    activations = rng.uniform(size=(1, 5, 5, 2)).astype("float32")
+    layer = MatrixCapsule(2, 3, 1, iterations=3)
+
+    def run(p):
+        out, acts = layer((p, activations))
+        return ops.sum(out, axis=-1) + acts
+
+    assert np.all(np.isfinite(ops.convert_to_numpy(run(poses))))
+    assert np.all(np.isfinite(gradient(run, poses)))
+
+
+@pytest.mark.parametrize("mixed_precision", ["mixed_float16", "mixed_bfloat16"], indirect=True)
+def test_mixed_precision(mixed_precision):
+    rng = np.random.default_rng(2)
+    poses = rng.normal(size=(2, 5, 5, 2, 16)).astype("float32")
+    activations = rng.uniform(size=(2, 5, 5, 2)).astype("float32")
+    layer = MatrixCapsule(3, 3, 1)
+    out, acts = layer((poses, activations))
+    assert layer.kernel.dtype == "float32"
+    assert ops.dtype(out) == mixed_precision.split("_")[1]
+    assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(out, "float32"))))
+    assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(acts, "float32"))))
+
+
+def test_config_round_trip_and_keras_file(tmp_path):
+    layer = MatrixCapsule(4, 3, 2, iterations=2, inverse_temperature=0.05, name="caps")
+    clone = MatrixCapsule.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    poses = keras.Input((7, 7, 3, 16))
+    acts = keras.Input((7, 7, 3))
+    model = keras.Model([poses, acts], layer((poses, acts)))
+    data = [
+        np.random.default_rng(3).normal(size=(2, 7, 7, 3, 16)).astype("float32"),
+        np.random.default_rng(4).uniform(size=(2, 7, 7, 3)).astype("float32"),
+    ]
+    path = tmp_path / "m.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    for a, b in zip(model.predict(data, verbose=0), loaded.predict(data, verbose=0)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_bad_arguments_and_shapes():
+    for kwargs, name in [
+        ({"capsule_types": 0}, "capsule_types"),
+        ({"capsule_types": 2, "kernel_size": 0}, "kernel_size"),
+        ({"capsule_types": 2, "strides": -1}, "strides"),
+        ({"capsule_types": 2, "iterations": 0}, "iterations"),
+        ({"capsule_types": 2, "inverse_temperature": 0}, "inverse_temperature"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            MatrixCapsule(**kwargs)
+    with pytest.raises(ValueError, match="poses"):
+        MatrixCapsule(2).build([(None, 5, 5, 2, 9), (None, 5, 5, 2)])
+    with pytest.raises(ValueError, match="kernel"):
+        MatrixCapsule(2, kernel_size=3).build([(None, 2, 2, 2, 16), (None, 2, 2, 2)])
