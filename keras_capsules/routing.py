@@ -158,11 +158,15 @@ _LOG_2PI = 1.8378770664093453
 def inverse_temperatures(iterations, final=INVERSE_TEMPERATURE):
     """The inverse temperature `lambda` of each EM iteration.
 
-    `lambda_t = final * (1 - 0.95 ** (t + 1))` for `t = 0 .. iterations - 1`:
-    small at first, so that early activations stay soft, and growing towards
-    `final`.
+    `lambda_t = final * (1 - 0.95 ** (t + 1)) / (1 - 0.95 ** iterations)` for
+    `t = 0 .. iterations - 1`: the growing schedule of the reference
+    implementations, rescaled so that the last iteration, the one whose
+    activations leave the layer, uses `final` itself. (Unscaled, the last
+    `lambda` of 3 iterations would be 14% of `final`, and activations
+    would barely depend on the costs.)
     """
-    return [final * (1.0 - 0.95 ** (t + 1)) for t in range(iterations)]
+    top = 1.0 - 0.95**iterations
+    return [final * (1.0 - 0.95 ** (t + 1)) / top for t in range(iterations)]
 
 
 def em_routing(

@@ -40,7 +40,7 @@ def numpy_em_edges(
         r[mine] = 1.0 / max(mine.sum(), 1)
     last_r = None
     for t in range(iterations):
-        lam = final_lambda * (1 - 0.95 ** (t + 1))
+        lam = final_lambda * (1 - 0.95 ** (t + 1)) / (1 - 0.95**iterations)
         mu = np.zeros((num_parents, 16))
         var = np.zeros((num_parents, 16))
         act = np.zeros(num_parents)
@@ -110,14 +110,14 @@ def test_matches_numpy_procedure(shape, iterations):
     beta_v = rng.normal(size=num_out).astype("float32")
     beta_a = rng.normal(size=num_out).astype("float32")
     # A large final lambda makes the activations depend strongly on the costs.
-    expected = reference_fully_connected(votes, activations, beta_v, beta_a, iterations, 0.5, 1e-4)
+    expected = reference_fully_connected(votes, activations, beta_v, beta_a, iterations, 0.1, 1e-4)
     got = em_routing(
         votes,
         activations,
         beta_v,
         beta_a,
         iterations,
-        inverse_temperature=0.5,
+        inverse_temperature=0.1,
         variance_epsilon=1e-4,
         return_responsibilities=True,
     )
@@ -143,8 +143,9 @@ def test_responsibilities_sum_to_one_and_activations_in_unit_interval():
 
 def test_inverse_temperature_schedule_grows_towards_final():
     schedule = inverse_temperatures(3, 0.01)
-    np.testing.assert_allclose(schedule, [0.01 * (1 - 0.95**t) for t in (1, 2, 3)])
-    assert schedule[0] < schedule[1] < schedule[2] < 0.01
+    np.testing.assert_allclose(schedule, [0.01 * (1 - 0.95**t) / (1 - 0.95**3) for t in (1, 2, 3)])
+    assert schedule[0] < schedule[1] < schedule[2]
+    assert schedule[2] == pytest.approx(0.01)  # the last iteration uses the final value
 
 
 @pytest.mark.parametrize("scale", [0.0, 1e-8, 1.0, 1e4])
