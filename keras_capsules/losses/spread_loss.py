@@ -1,0 +1,59 @@
+import keras
+from keras import ops
+
+from keras_capsules.losses.margin_loss import _one_hot_like
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class SpreadLoss(keras.losses.Loss):
+    """Spread loss of class activations (Hinton, Sabour, Frosst 2018, eq. 3).
+
+    `L = sum_{i != t} max(0, m - (a_t - a_i))^2`: every wrong class `i` whose
+    activation is not at least the margin `m` below the target's `a_t` is
+    penalised quadratically. The paper raises `m` linearly from 0.2 to 0.9
+    during training, which `keras_capsules.callbacks.SpreadMarginSchedule`
+    does; `margin` may therefore be a float or a scalar `keras.Variable`.
+
+    Args:
+        margin: the margin `m` (0.2, the paper's starting value), a float in
+            (0, 1] or a scalar `keras.Variable`.
+        reduction: Keras loss reduction.
+        name: name of the loss.
+
+    Call arguments:
+        y_true: class indices `(batch,)` or one-hot labels `(batch, num_classes)`.
+        y_pred: class activations `(batch, num_classes)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> loss = SpreadLoss(margin=0.5)
+    >>> float(loss(np.array([0]), np.array([[0.9, 0.6, 0.1]])))  # (0.5 - 0.3)^2
+    0.04...
+
+    Reference:
+        Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018,
+        section 3.1.
+    """
+
+    def __init__(self, margin=0.2, reduction="sum_over_batch_size", name="spread_loss"):
+        super().__init__(reduction=reduction, name=name)
+        if not isinstance(margin, keras.Variable) and not 0 < margin <= 1:
+            raise ValueError(f"`margin` must be in (0, 1]. Received: margin={margin!r}")
+        self.margin = margin
+
+    def call(self, y_true, y_pred):
+        y_pred = ops.cast(y_pred, "float32")
+        target = _one_hot_like(y_true, y_pred)
+        target_activation = ops.sum(target * y_pred, axis=-1, keepdims=True)
+        margin = ops.cast(self.margin, "float32")
+        violations = ops.square(ops.relu(margin - (target_activation - y_pred)))
+        return ops.sum((1.0 - target) * violations, axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        margin = self.margin
+        if isinstance(margin, keras.Variable):
+            margin = float(ops.convert_to_numpy(margin.value))
+        config.update({"margin": margin})
+        return config
