@@ -1,5 +1,6 @@
 """keras-capsules: capsule networks for Keras 3."""
 
+from keras_capsules import callbacks
 from keras_capsules import datasets
 from keras_capsules import layers
 from keras_capsules import losses
@@ -8,4 +9,4 @@ from keras_capsules import routing
 
 __version__ = "0.1.0"
 
-__all__ = ["datasets", "layers", "losses", "ops", "routing", "__version__"]
+__all__ = ["callbacks", "datasets", "layers", "losses", "ops", "routing", "__version__"]
