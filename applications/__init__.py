@@ -1,5 +1,6 @@
 """Prebuilt capsule networks, ready to train with `model.fit`."""
 
 from applications.capsnet_mnist import CapsNetMNIST
+from applications.matrix_capsnet_norb import MatrixCapsNetNORB
 
-__all__ = ["CapsNetMNIST"]
+__all__ = ["CapsNetMNIST", "MatrixCapsNetNORB"]

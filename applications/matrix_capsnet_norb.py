@@ -1,0 +1,208 @@
+import keras
+from keras import ops
+
+from keras_capsules import routing
+from keras_capsules._validation import check_positive_int
+from keras_capsules.layers import ClassMatrixCapsule
+from keras_capsules.layers import MatrixCapsule
+from keras_capsules.layers import PrimaryMatrixCapsule
+from keras_capsules.losses import SpreadLoss
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class MatrixCapsNetNORB(keras.Model):
+    """The matrix capsule network of Hinton, Sabour, Frosst 2018 for smallNORB, ready to `fit`.
+
+    ReLU Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types, 1x1) ->
+    ConvCaps1 (C types, 3x3, stride 2) -> ConvCaps2 (D types, 3x3, stride 1)
+    -> class capsules (one per class, coordinate addition), EM routing with
+    `iterations` iterations in every capsule layer. All paddings are valid:
+    a 32x32 input gives 14x14 primary capsules, 6x6 and 4x4 convolutional
+    capsules.
+
+    Parameter counts, with 2 input channels (the stereo pair) and 5 classes:
+    A=B=C=D=32 has 317,194 (Conv1 1,632; PrimaryCaps 17,952 = 32 x (16 + 1)
+    x (32 + 1); each ConvCaps 147,456 matrices + 64 betas; class capsules
+    2,560 + 10), the paper's "about 310K"; A=64, B=8, C=D=16 has 68,754, the
+    paper's "68K". The paper does not list its count exactly; the layers
+    above are its architecture as described.
+
+    Outputs are a dict: `"activations"` (class capsule activations in (0, 1),
+    what the model predicts with) and `"poses"` (`(batch, num_classes, 16)`,
+    flattened 4x4 matrices). The loss is the spread loss of the activations,
+    with a margin held by the model's `spread_margin` variable, which
+    `keras_capsules.callbacks.SpreadMarginSchedule` raises from 0.2 to 0.9;
+    `fit(x, y)` needs no `loss` argument. Weight decay (2e-7, as the paper) is
+    an L2 penalty on every kernel.
+
+    Args:
+        A: Conv1 filters (32).
+        B: primary capsule types (32).
+        C: ConvCaps1 capsule types (32).
+        D: ConvCaps2 capsule types (32).
+        iterations: EM iterations of every capsule layer (3).
+        input_shape: shape of one input (32, 32, 2).
+        num_classes: number of class capsules (5).
+        coordinate_addition: add the capsules' positions to the class votes.
+        inverse_temperature: final inverse temperature of EM routing (0.01).
+        rescale: if given, the model multiplies its inputs by this factor
+            first (`1 / 255` for uint8 images). smallNORB inputs come
+            normalised from `keras_capsules.datasets.smallnorb`: `None`.
+        weight_decay: L2 factor on every kernel (2e-7); 0 for none.
+        learning_rate: initial Adam learning rate of the default compile (3e-3).
+        decay_steps, decay_rate: exponential decay of the learning rate.
+        compile: compile with the defaults above and an accuracy metric.
+        **kwargs: `keras.Model` arguments such as `name`.
+
+    Example:
+
+    >>> import applications
+    >>> model = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16)
+    >>> model.count_params()
+    68754
+
+    Reference:
+        Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
+    """
+
+    def __init__(
+        self,
+        A=32,
+        B=32,
+        C=32,
+        D=32,
+        iterations=3,
+        input_shape=(32, 32, 2),
+        num_classes=5,
+        coordinate_addition=True,
+        inverse_temperature=routing.INVERSE_TEMPERATURE,
+        rescale=None,
+        weight_decay=2e-7,
+        learning_rate=3e-3,
+        decay_steps=2000,
+        decay_rate=0.96,
+        compile=True,
+        name="matrix_capsnet_norb",
+        **kwargs,
+    ):
+        input_shape = tuple(input_shape)
+        if len(input_shape) != 3 or not all(isinstance(d, int) and d > 0 for d in input_shape):
+            raise ValueError(
+                "`input_shape` must be (height, width, channels) of positive integers. "
+                f"Received: input_shape={input_shape!r}"
+            )
+        for arg in ("A", "B", "C", "D", "iterations", "num_classes"):
+            check_positive_int(arg, locals()[arg])
+        if weight_decay < 0:
+            raise ValueError(f"`weight_decay` must be non-negative. Received: {weight_decay!r}")
+        regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
+        routed = {"iterations": iterations, "inverse_temperature": inverse_temperature}
+
+        inputs = keras.Input(shape=input_shape, name="images")
+        x = inputs
+        if rescale is not None:
+            x = keras.layers.Rescaling(rescale, name="rescaling")(x)
+        x = keras.layers.Conv2D(
+            A,
+            5,
+            strides=2,
+            activation="relu",
+            kernel_initializer="he_normal",
+            kernel_regularizer=regularizer,
+            name="conv1",
+        )(x)
+        capsules = PrimaryMatrixCapsule(
+            B, kernel_initializer="he_normal", kernel_regularizer=regularizer, name="primary_caps"
+        )(x)
+        capsules = MatrixCapsule(
+            C, 3, strides=2, kernel_regularizer=regularizer, name="conv_caps1", **routed
+        )(capsules)
+        capsules = MatrixCapsule(
+            D, 3, strides=1, kernel_regularizer=regularizer, name="conv_caps2", **routed
+        )(capsules)
+        poses, activations = ClassMatrixCapsule(
+            num_classes,
+            coordinate_addition=coordinate_addition,
+            kernel_regularizer=regularizer,
+            name="class_caps",
+            **routed,
+        )(capsules)
+        activations = keras.layers.Activation("linear", dtype="float32", name="activations")(
+            activations
+        )
+        super().__init__(
+            inputs=inputs,
+            outputs={"activations": activations, "poses": poses},
+            name=name,
+            **kwargs,
+        )
+        self._config = {
+            "A": A,
+            "B": B,
+            "C": C,
+            "D": D,
+            "iterations": iterations,
+            "input_shape": input_shape,
+            "num_classes": num_classes,
+            "coordinate_addition": coordinate_addition,
+            "inverse_temperature": inverse_temperature,
+            "rescale": rescale,
+            "weight_decay": weight_decay,
+            "learning_rate": learning_rate,
+            "decay_steps": decay_steps,
+            "decay_rate": decay_rate,
+        }
+        self.num_classes = num_classes
+        self.spread_margin = keras.Variable(
+            0.2, trainable=False, dtype="float32", name="spread_margin"
+        )
+        self.spread_loss = SpreadLoss(margin=self.spread_margin)
+        self.spread_loss_tracker = keras.metrics.Mean(name="spread_loss")
+        if compile:
+            self.compile(
+                optimizer=keras.optimizers.Adam(
+                    keras.optimizers.schedules.ExponentialDecay(
+                        learning_rate, decay_steps=decay_steps, decay_rate=decay_rate
+                    )
+                ),
+                metrics=["accuracy"],
+            )
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if y is None:
+            raise ValueError(f"{type(self).__name__} needs labels `y` to compute its loss.")
+        loss = self.spread_loss(y, y_pred["activations"], sample_weight=sample_weight)
+        self.spread_loss_tracker.update_state(loss)
+        for penalty in self.losses:
+            loss = loss + ops.cast(penalty, loss.dtype)
+        return loss
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return super().compute_metrics(x, y, y_pred["activations"], sample_weight)
+
+    def predict(
+        self, x, batch_size=None, verbose="auto", steps=None, callbacks=None, outputs="activations"
+    ):
+        """Generate predictions, like `keras.Model.predict`.
+
+        Args:
+            x, batch_size, verbose, steps, callbacks: as in `keras.Model.predict`.
+            outputs: `"activations"` (default) for the class activations,
+                `"poses"` for the class poses `(n, num_classes, 16)`, or
+                `"all"` for the dict of both.
+        """
+        if outputs not in ("activations", "poses", "all"):
+            raise ValueError(
+                f'`outputs` must be "activations", "poses" or "all". Received: outputs={outputs!r}'
+            )
+        result = super().predict(
+            x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks
+        )
+        return result if outputs == "all" else result[outputs]
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self._config}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,122 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import applications
+from keras_capsules.losses import SpreadLoss
+from tests.conftest import requires_tensorflow
+
+TINY = dict(A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3)
+
+
+def trainable_count(model):
+    return sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+
+
+def test_parameter_counts_of_the_paper_models():
+    big = applications.MatrixCapsNetNORB(compile=False)
+    assert trainable_count(big) == 317_194  # the paper's "about 310K"
+    assert big.get_layer("conv1").count_params() == 5 * 5 * 2 * 32 + 32
+    assert big.get_layer("primary_caps").count_params() == 32 * 17 * 32 + 32 * 17
+    assert big.get_layer("conv_caps1").count_params() == 9 * 32 * 32 * 16 + 2 * 32
+    assert big.get_layer("conv_caps2").count_params() == 9 * 32 * 32 * 16 + 2 * 32
+    assert big.get_layer("class_caps").count_params() == 32 * 5 * 16 + 2 * 5
+    small = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16, compile=False)
+    assert trainable_count(small) == 68_754  # the paper's "68K"
+    assert small.count_params() == 68_755  # plus the non-trainable spread margin
+
+
+def test_architecture_shapes():
+    model = applications.MatrixCapsNetNORB(compile=False)
+    assert model.get_layer("primary_caps").output[0].shape == (None, 14, 14, 32, 16)
+    assert model.get_layer("conv_caps1").output[1].shape == (None, 6, 6, 32)
+    assert model.get_layer("conv_caps2").output[1].shape == (None, 4, 4, 32)
+    assert model.output["activations"].shape == (None, 5)
+    assert model.output["poses"].shape == (None, 5, 16)
+
+
+def test_loss_is_the_spread_loss_at_the_model_margin_plus_weight_decay():
+    model = applications.MatrixCapsNetNORB(**TINY, weight_decay=0.0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 20, 20, 2)).astype("float32")
+    y = np.array([0, 1, 2, 1])
+    y_pred = model(x)
+    model.spread_margin.assign(0.7)
+    expected = float(SpreadLoss(margin=0.7)(y, y_pred["activations"]))
+    np.testing.assert_allclose(float(model.compute_loss(x, y, y_pred)), expected, rtol=1e-5)
+    decayed = applications.MatrixCapsNetNORB(**TINY, weight_decay=1e-2)
+    y_pred = decayed(x)
+    assert float(decayed.compute_loss(x, y, y_pred)) > float(
+        SpreadLoss(margin=0.2)(y, y_pred["activations"])
+    )
+
+
+def test_fit_predict_and_outputs():
+    model = applications.MatrixCapsNetNORB(**TINY)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(16, 20, 20, 2)).astype("float32")
+    y = rng.integers(0, 3, 16)
+    history = model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    assert {"loss", "spread_loss", "accuracy"} <= set(history.history)
+    assert all(np.isfinite(history.history["loss"]))
+    acts = model.predict(x, verbose=0)
+    assert acts.shape == (16, 3) and np.all((acts > 0) & (acts < 1))
+    assert model.predict(x, verbose=0, outputs="poses").shape == (16, 3, 16)
+    with pytest.raises(ValueError, match="outputs"):
+        model.predict(x, outputs="logits")
+
+
+def test_keras_round_trip_needs_no_custom_objects(tmp_path):
+    model = applications.MatrixCapsNetNORB(**TINY)
+    x = np.random.default_rng(2).normal(size=(4, 20, 20, 2)).astype("float32")
+    model.fit(x, np.arange(4) % 3, epochs=1, verbose=0)
+    model.spread_margin.assign(0.55)
+    path = str(tmp_path / "em.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, applications.MatrixCapsNetNORB)
+    assert loaded.get_config() == model.get_config()
+    assert float(ops.convert_to_numpy(loaded.spread_margin)) == pytest.approx(0.55)
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    loaded.fit(x, np.arange(4) % 3, epochs=1, verbose=0)
+
+
+@requires_tensorflow
+def test_savedmodel_reproduces_predict(tmp_path):
+    import tensorflow as tf
+
+    model = applications.MatrixCapsNetNORB(**TINY)
+    x = np.random.default_rng(3).normal(size=(5, 20, 20, 2)).astype("float32")
+    model.export(str(tmp_path / "saved"), verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"](
+        tf.constant(x)
+    )
+    np.testing.assert_allclose(
+        served["activations"].numpy(), model.predict(x, verbose=0), atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("mixed_precision", ["mixed_float16", "mixed_bfloat16"], indirect=True)
+def test_mixed_precision_is_finite(mixed_precision):
+    model = applications.MatrixCapsNetNORB(**TINY)
+    x = np.random.default_rng(4).normal(size=(4, 20, 20, 2)).astype("float32")
+    outputs = model(x)
+    assert ops.dtype(outputs["activations"]) == "float32"
+    assert np.all(np.isfinite(ops.convert_to_numpy(outputs["activations"])))
+    assert np.isfinite(float(model.compute_loss(x, np.arange(4) % 3, outputs)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"input_shape": (32, 32)}, "input_shape"),
+        ({"A": 0}, "A"),
+        ({"iterations": 0}, "iterations"),
+        ({"weight_decay": -1.0}, "weight_decay"),
+        ({"input_shape": (12, 12, 2)}, "kernel"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        applications.MatrixCapsNetNORB(**kwargs)
