@@ -1,6 +1,8 @@
 """The `keras-capsules` command: train, evaluate and export capsule networks.
 
     keras-capsules train capsnet-mnist --epochs 1 --output runs/mnist
+    keras-capsules train matrix-capsnet-mnist --epochs 1 --output runs/em-mnist
+    keras-capsules train matrix-capsnet-norb --data-dir ~/smallnorb --output runs/norb
     keras-capsules evaluate runs/mnist/model.keras
     keras-capsules export runs/mnist/model.keras runs/mnist/savedmodel
 
@@ -9,6 +11,11 @@ epoch (`OUTPUT/backup`) and resumes from it when started again with the same
 `--output` after an interruption, saves `OUTPUT/model.keras` after every
 epoch, and ends by printing the test accuracy and writing it, with the
 timings, to `OUTPUT/metrics.json`.
+
+The matrix capsule models (EM routing) train with the spread loss, whose
+margin `SpreadMarginSchedule` raises from 0.2 to 0.9 over the run:
+`matrix-capsnet-mnist` on MNIST (28x28, 10 classes), `matrix-capsnet-norb`
+on smallNORB read from `--data-dir` (the official files).
 """
 
 import argparse
@@ -17,7 +24,8 @@ import os
 import sys
 import time
 
-MODELS = ("capsnet-mnist",)
+MODELS = ("capsnet-mnist", "matrix-capsnet-mnist", "matrix-capsnet-norb")
+MATRIX_MODELS = ("matrix-capsnet-mnist", "matrix-capsnet-norb")
 
 
 def _build_parser():
@@ -29,23 +37,38 @@ def _build_parser():
     train = commands.add_parser("train", help="train a prebuilt model on its data set")
     train.add_argument("model", choices=MODELS)
     train.add_argument("--epochs", type=int, default=1)
-    train.add_argument("--batch-size", type=int, default=100)
+    train.add_argument(
+        "--batch-size", type=int, default=None, help="100 for capsnet-mnist, 32 for the EM models"
+    )
     train.add_argument("--output", default="runs/mnist", help="folder for checkpoints and metrics")
-    train.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files")
+    train.add_argument(
+        "--data-dir", default=None, help="folder of the MNIST IDX or smallNORB .mat files"
+    )
     train.add_argument("--max-shift", type=int, default=2, help="augmentation shift in pixels")
     train.add_argument("--train-size", type=int, default=None, help="use the first N images")
     train.add_argument("--test-size", type=int, default=None, help="evaluate on the first N")
-    train.add_argument("--routings", type=int, default=3)
-    train.add_argument("--conv-filters", type=int, default=256)
-    train.add_argument("--primary-capsules", type=int, default=32)
-    train.add_argument("--learning-rate", type=float, default=1e-3)
+    train.add_argument("--routings", type=int, default=3, help="routing iterations")
+    train.add_argument("--conv-filters", type=int, default=256, help="capsnet-mnist: Conv1")
+    train.add_argument("--primary-capsules", type=int, default=32, help="capsnet-mnist")
+    for letter, default in zip("ABCD", (32, 32, 32, 32)):
+        train.add_argument(
+            f"-{letter}", type=int, default=default, help=f"EM models: {letter} of the paper"
+        )
+    train.add_argument(
+        "--inverse-temperature", type=float, default=None, help="EM models: final lambda"
+    )
+    train.add_argument(
+        "--learning-rate", type=float, default=None, help="1e-3 (capsnet-mnist), 3e-3 (EM)"
+    )
     train.add_argument("--seed", type=int, default=None)
     train.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
 
-    evaluate = commands.add_parser("evaluate", help="evaluate a saved .keras model on MNIST")
+    evaluate = commands.add_parser(
+        "evaluate", help="evaluate a saved .keras model on MNIST or smallNORB"
+    )
     evaluate.add_argument("model_path")
     evaluate.add_argument("--data-dir", default=None)
-    evaluate.add_argument("--batch-size", type=int, default=100)
+    evaluate.add_argument("--batch-size", type=int, default=32)
     evaluate.add_argument("--test-size", type=int, default=None)
 
     export = commands.add_parser("export", help="export a saved .keras model as a SavedModel")
@@ -69,28 +92,65 @@ def _load_model(path):
     return keras.saving.load_model(path)
 
 
-def train(args):
-    import keras
-
+def _build_model(args):
     import applications
+    from keras_capsules import routing
+
+    if args.model == "capsnet-mnist":
+        return applications.CapsNetMNIST(
+            routings=args.routings,
+            conv_filters=args.conv_filters,
+            primary_capsules=args.primary_capsules,
+            learning_rate=args.learning_rate or 1e-3,
+        )
+    mnist = args.model == "matrix-capsnet-mnist"
+    return applications.MatrixCapsNetNORB(
+        A=args.A,
+        B=args.B,
+        C=args.C,
+        D=args.D,
+        iterations=args.routings,
+        input_shape=(28, 28, 1) if mnist else (32, 32, 2),
+        num_classes=10 if mnist else 5,
+        rescale=1.0 / 255.0 if mnist else None,
+        inverse_temperature=args.inverse_temperature or routing.INVERSE_TEMPERATURE,
+        learning_rate=args.learning_rate or 3e-3,
+    )
+
+
+def _datasets(args, batch_size):
+    """`(train_dataset, (x_test, y_test) or test_dataset, train_count, test_count)`."""
+    if args.model == "matrix-capsnet-norb":
+        from keras_capsules.datasets import smallnorb
+
+        (x_train, y_train, _), (x_test, y_test, _) = smallnorb.load_data(args.data_dir)
+        x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
+        x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+        train_ds = smallnorb.training_pipeline(x_train, y_train, batch_size, seed=args.seed)
+        test_ds = smallnorb.test_pipeline(x_test, y_test, batch_size)
+        return train_ds, test_ds, len(x_train), len(x_test)
     from keras_capsules.datasets import mnist
 
-    os.makedirs(args.output, exist_ok=True)
-    if args.seed is not None:
-        keras.utils.set_random_seed(args.seed)
     (x_train, y_train), (x_test, y_test) = mnist.load_data(args.data_dir)
     x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
     x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+    train_ds = mnist.training_pipeline(
+        x_train, y_train, batch_size=batch_size, max_shift=args.max_shift, seed=args.seed
+    )
+    return train_ds, (x_test[..., None], y_test), len(x_train), len(x_test)
 
-    model = applications.CapsNetMNIST(
-        routings=args.routings,
-        conv_filters=args.conv_filters,
-        primary_capsules=args.primary_capsules,
-        learning_rate=args.learning_rate,
-    )
-    dataset = mnist.training_pipeline(
-        x_train, y_train, batch_size=args.batch_size, max_shift=args.max_shift, seed=args.seed
-    )
+
+def train(args):
+    import keras
+
+    from keras_capsules.callbacks import SpreadMarginSchedule
+
+    batch_size = args.batch_size or (100 if args.model == "capsnet-mnist" else 32)
+    os.makedirs(args.output, exist_ok=True)
+    if args.seed is not None:
+        keras.utils.set_random_seed(args.seed)
+    dataset, test, train_count, test_count = _datasets(args, batch_size)
+    model = _build_model(args)
     history_path = os.path.join(args.output, "history.csv")
     backup_dir = os.path.join(args.output, "backup")
     if os.path.exists(backup_dir):
@@ -100,20 +160,24 @@ def train(args):
         keras.callbacks.ModelCheckpoint(os.path.join(args.output, "model.keras")),
         keras.callbacks.CSVLogger(history_path, append=True),
     ]
+    if args.model in MATRIX_MODELS:
+        steps = args.epochs * -(-train_count // batch_size)
+        callbacks.append(SpreadMarginSchedule(0.2, 0.9, steps=steps))
     start = time.time()
     model.fit(dataset, epochs=args.epochs, callbacks=callbacks, verbose=args.verbose)
     train_seconds = time.time() - start  # ModelCheckpoint saved model.keras each epoch
 
     start = time.time()
-    results = model.evaluate(
-        x_test, y_test, batch_size=args.batch_size, verbose=0, return_dict=True
-    )
+    if isinstance(test, tuple):
+        results = model.evaluate(*test, batch_size=batch_size, verbose=0, return_dict=True)
+    else:
+        results = model.evaluate(test, verbose=0, return_dict=True)
     metrics = {
         "model": args.model,
         "epochs": args.epochs,
-        "train_images": int(len(x_train)),
-        "test_images": int(len(x_test)),
-        "batch_size": args.batch_size,
+        "train_images": int(train_count),
+        "test_images": int(test_count),
+        "batch_size": batch_size,
         "backend": keras.backend.backend(),
         "train_seconds_this_session": round(train_seconds, 1),
         "test_seconds": round(time.time() - start, 1),
@@ -122,7 +186,7 @@ def train(args):
     }
     with open(os.path.join(args.output, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
-    print(f"Test accuracy: {metrics['test_accuracy']:.4f} ({len(x_test)} images)")
+    print(f"Test accuracy: {metrics['test_accuracy']:.4f} ({test_count} images)")
     print(
         f"Model: {os.path.join(args.output, 'model.keras')}; metrics: "
         f"{os.path.join(args.output, 'metrics.json')}"
@@ -131,12 +195,20 @@ def train(args):
 
 
 def evaluate(args):
-    from keras_capsules.datasets import mnist
-
     model = _load_model(args.model_path)
-    _, (x_test, y_test) = mnist.load_data(args.data_dir)
-    x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
-    results = model.evaluate(x_test, y_test, batch_size=args.batch_size, return_dict=True)
+    if model.input_shape[-1] == 2:  # a stereo pair: smallNORB
+        from keras_capsules.datasets import smallnorb
+
+        _, (x_test, y_test, _) = smallnorb.load_data(args.data_dir)
+        x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+        test = smallnorb.test_pipeline(x_test, y_test, args.batch_size)
+        results = model.evaluate(test, return_dict=True)
+    else:
+        from keras_capsules.datasets import mnist
+
+        _, (x_test, y_test) = mnist.load_data(args.data_dir)
+        x_test, y_test = x_test[: args.test_size, ..., None], y_test[: args.test_size]
+        results = model.evaluate(x_test, y_test, batch_size=args.batch_size, return_dict=True)
     print(json.dumps({k: float(v) for k, v in results.items()}, indent=2))
     print(f"Test accuracy: {results['accuracy']:.4f} ({len(x_test)} images)")
     return 0
@@ -152,7 +224,7 @@ def export(args):
 def main(argv=None):
     parser = _build_parser()
     args = parser.parse_args(argv)
-    for name in ("epochs", "batch_size", "train_size", "test_size", "routings"):
+    for name in ("epochs", "batch_size", "train_size", "test_size", "routings", "A", "B", "C", "D"):
         _positive(parser, name, getattr(args, name, None))
     return {"train": train, "evaluate": evaluate, "export": export}[args.command](args)
 

@@ -104,3 +104,39 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
     assert error.value.code == 2 and "--epochs" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="no model"):
         cli.main(["evaluate", str(tmp_path / "missing.keras")])
+
+
+EM_TINY = ["-A", "8", "-B", "2", "-C", "2", "-D", "2", "--routings", "2", "--verbose", "0"]
+
+
+def test_train_matrix_capsnet_mnist(tmp_path):
+    output = str(tmp_path / "em")
+    args = ["train", "matrix-capsnet-mnist", "--output", output, "--train-size", "64"]
+    assert cli.main(args + ["--test-size", "32", *EM_TINY]) == 0
+    metrics = json.load(open(os.path.join(output, "metrics.json")))
+    assert metrics["model"] == "matrix-capsnet-mnist" and metrics["batch_size"] == 32
+    assert metrics["train_images"] == 64 and 0 <= metrics["test_accuracy"] <= 1
+    assert cli.main(["evaluate", os.path.join(output, "model.keras"), "--test-size", "32"]) == 0
+
+
+def test_train_matrix_capsnet_norb_on_official_files(tmp_path, capsys):
+    from keras_capsules.datasets import smallnorb
+    from tests.datasets.test_smallnorb import make_split
+    from tests.datasets.test_smallnorb import write_matrix
+
+    rng = np.random.default_rng(0)
+    data_dir = tmp_path / "norb"
+    data_dir.mkdir()
+    for split, n in (("train", 12), ("test", 6)):
+        for kind, array in zip(("dat", "cat", "info"), make_split(rng, n)):
+            write_matrix(
+                str(data_dir / (smallnorb.FILES[split][kind] + ".gz")), array, compress=True
+            )
+    output = str(tmp_path / "run")
+    args = ["train", "matrix-capsnet-norb", "--data-dir", str(data_dir), "--output", output]
+    assert cli.main(args + ["--batch-size", "4", *EM_TINY]) == 0
+    metrics = json.load(open(os.path.join(output, "metrics.json")))
+    assert metrics["train_images"] == 12 and metrics["test_images"] == 6
+    model_path = os.path.join(output, "model.keras")
+    assert cli.main(["evaluate", model_path, "--data-dir", str(data_dir)]) == 0
+    assert "Test accuracy:" in capsys.readouterr().out
