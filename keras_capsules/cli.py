@@ -140,6 +140,26 @@ def _datasets(args, batch_size):
     return train_ds, (x_test[..., None], y_test), len(x_train), len(x_test)
 
 
+def _finite_loss_counter():
+    import keras
+    import numpy as np
+
+    class FiniteLossCounter(keras.callbacks.Callback):
+        """Counts the training steps and those whose loss was NaN or infinite."""
+
+        def __init__(self):
+            super().__init__()
+            self.steps = 0
+            self.nonfinite = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+            if logs and "loss" in logs and not np.isfinite(float(logs["loss"])):
+                self.nonfinite += 1
+
+    return FiniteLossCounter()
+
+
 def train(args):
     import keras
 
@@ -163,6 +183,8 @@ def train(args):
     if args.model in MATRIX_MODELS:
         steps = args.epochs * -(-train_count // batch_size)
         callbacks.append(SpreadMarginSchedule(0.2, 0.9, steps=steps))
+    counter = _finite_loss_counter()
+    callbacks.append(counter)
     start = time.time()
     model.fit(dataset, epochs=args.epochs, callbacks=callbacks, verbose=args.verbose)
     train_seconds = time.time() - start  # ModelCheckpoint saved model.keras each epoch
@@ -183,6 +205,8 @@ def train(args):
         "test_seconds": round(time.time() - start, 1),
         "test_accuracy": float(results["accuracy"]),
         "test_loss": float(results["loss"]),
+        "train_steps_this_session": counter.steps,
+        "nonfinite_loss_steps": counter.nonfinite,
     }
     with open(os.path.join(args.output, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)

@@ -116,6 +116,7 @@ def test_train_matrix_capsnet_mnist(tmp_path):
     metrics = json.load(open(os.path.join(output, "metrics.json")))
     assert metrics["model"] == "matrix-capsnet-mnist" and metrics["batch_size"] == 32
     assert metrics["train_images"] == 64 and 0 <= metrics["test_accuracy"] <= 1
+    assert metrics["train_steps_this_session"] == 2 and metrics["nonfinite_loss_steps"] == 0
     assert cli.main(["evaluate", os.path.join(output, "model.keras"), "--test-size", "32"]) == 0
 
 
