@@ -1,0 +1,90 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_capsules.layers import ClassMatrixCapsule
+from tests.conftest import gradient
+from tests.test_em_routing import reference_fully_connected
+
+
+def reference(layer, poses, activations):
+    """Votes M @ W[type, class] plus the scaled cell centre, routed by the NumPy procedure."""
+    kernel = ops.convert_to_numpy(layer.kernel).astype("float64")
+    batch, height, width, types, _ = poses.shape
+    m = poses.reshape(batch, height, width, types, 4, 4).astype("float64")
+    votes = np.einsum("byxikl,ijlm->byxijkm", m, kernel)
+    if layer.coordinate_addition:
+        for y in range(height):
+            for x in range(width):
+                votes[:, y, x, :, :, 0, 3] += (y + 0.5) / height
+                votes[:, y, x, :, :, 1, 3] += (x + 0.5) / width
+    votes = votes.reshape(batch, height * width * types, layer.num_classes, 16)
+    return reference_fully_connected(
+        votes,
+        activations.reshape(batch, -1),
+        ops.convert_to_numpy(layer.beta_v),
+        ops.convert_to_numpy(layer.beta_a),
+        layer.iterations,
+        layer.inverse_temperature,
+        layer.variance_epsilon,
+    )
+
+
+@pytest.mark.parametrize("coordinate_addition", [True, False])
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_matches_numpy_reference(coordinate_addition, iterations):
+    rng = np.random.default_rng(iterations)
+    poses = rng.normal(size=(2, 3, 4, 2, 16)).astype("float32")
+    activations = rng.uniform(0.2, 1, size=(2, 3, 4, 2)).astype("float32")
+    layer = ClassMatrixCapsule(
+        4, iterations=iterations, coordinate_addition=coordinate_addition, inverse_temperature=0.2
+    )
+    layer.build([poses.shape, activations.shape])
+    layer.beta_a.assign(rng.normal(size=4).astype("float32"))
+    out_poses, out_acts, resp = layer((poses, activations), return_responsibilities=True)
+    exp_poses, exp_acts, exp_resp = reference(layer, poses, activations)
+    np.testing.assert_allclose(ops.convert_to_numpy(out_poses), exp_poses, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(out_acts), exp_acts, rtol=2e-4, atol=2e-5)
+    resp = ops.convert_to_numpy(resp).reshape(exp_resp.shape)
+    np.testing.assert_allclose(resp, exp_resp, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(resp.sum(-1), 1.0, atol=1e-5)
+
+
+def test_coordinate_addition_changes_the_poses_by_position():
+    poses = np.zeros((1, 2, 2, 1, 16), "float32")
+    activations = np.ones((1, 2, 2, 1), "float32")
+    layer = ClassMatrixCapsule(1, iterations=1)
+    out, _ = layer((poses, activations))
+    out = ops.convert_to_numpy(out)[0, 0]
+    # Zero poses: the votes are the coordinates alone; their mean is the grid centre.
+    np.testing.assert_allclose(out[[3, 7]], [0.5, 0.5], atol=1e-6)
+    np.testing.assert_allclose(np.delete(out, [3, 7]), 0.0, atol=1e-6)
+
+
+def test_shapes_finite_gradients_and_errors():
+    layer = ClassMatrixCapsule(5)
+    shapes = [(None, 4, 4, 8, 16), (None, 4, 4, 8)]
+    assert layer.compute_output_shape(shapes) == ((None, 5, 16), (None, 5))
+    activations = np.random.default_rng(0).uniform(size=(2, 4, 4, 8)).astype("float32")
+    poses = np.random.default_rng(1).normal(size=(2, 4, 4, 8, 16)).astype("float32")
+    grad = gradient(lambda p: layer((p, activations))[1], poses)
+    assert np.all(np.isfinite(grad)) and np.any(grad != 0)
+    assert layer.kernel.shape == (8, 5, 4, 4)  # shared across the 4x4 positions
+    with pytest.raises(ValueError, match="num_classes"):
+        ClassMatrixCapsule(0)
+    with pytest.raises(ValueError, match="poses"):
+        ClassMatrixCapsule(5).build([(None, 4, 8, 16), (None, 4, 8)])
+
+
+def test_config_round_trip_and_keras_file(tmp_path):
+    layer = ClassMatrixCapsule(3, iterations=2, coordinate_addition=False, name="cls")
+    assert ClassMatrixCapsule.from_config(layer.get_config()).get_config() == layer.get_config()
+    poses, acts = keras.Input((2, 2, 4, 16)), keras.Input((2, 2, 4))
+    model = keras.Model([poses, acts], layer((poses, acts)))
+    rng = np.random.default_rng(5)
+    data = [rng.normal(size=(3, 2, 2, 4, 16)).astype("float32"), rng.uniform(size=(3, 2, 2, 4))]
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    for a, b in zip(model.predict(data, verbose=0), loaded.predict(data, verbose=0)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -1,0 +1,45 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_capsules.layers import PrimaryMatrixCapsule
+
+
+def test_poses_and_activations_split_one_convolution():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 6, 5, 7)).astype("float32")
+    layer = PrimaryMatrixCapsule(3)
+    poses, acts = layer(x)
+    assert poses.shape == (2, 6, 5, 3, 16) and acts.shape == (2, 6, 5, 3)
+    kernel, bias = (ops.convert_to_numpy(w) for w in layer.conv.weights)
+    features = x @ kernel[0, 0] + bias  # a 1x1 convolution
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(poses),
+        features[..., :48].reshape(2, 6, 5, 3, 16),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(acts), 1 / (1 + np.exp(-features[..., 48:])), rtol=1e-5, atol=1e-6
+    )
+    assert layer.count_params() == 7 * 3 * 17 + 3 * 17
+
+
+def test_output_shape_config_and_errors():
+    layer = PrimaryMatrixCapsule(4, kernel_size=3, strides=2)
+    assert layer.compute_output_shape((None, 9, 9, 8)) == ((None, 4, 4, 4, 16), (None, 4, 4, 4))
+    assert PrimaryMatrixCapsule.from_config(layer.get_config()).get_config() == layer.get_config()
+    with pytest.raises(ValueError, match="capsule_types"):
+        PrimaryMatrixCapsule(0)
+    with pytest.raises(ValueError, match="padding"):
+        PrimaryMatrixCapsule(2, padding="full")
+    with pytest.raises(ValueError):
+        PrimaryMatrixCapsule(2)(np.zeros((2, 8, 8), "float32"))
+
+
+@pytest.mark.parametrize("mixed_precision", ["mixed_float16", "mixed_bfloat16"], indirect=True)
+def test_mixed_precision(mixed_precision):
+    poses, acts = PrimaryMatrixCapsule(2)(np.ones((1, 3, 3, 4), "float32"))
+    assert ops.dtype(poses) == keras.mixed_precision.dtype_policy().compute_dtype
+    assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(acts, "float32"))))
