@@ -186,7 +186,7 @@ def train(args):
     counter = _finite_loss_counter()
     callbacks.append(counter)
     start = time.time()
-    model.fit(dataset, epochs=args.epochs, callbacks=callbacks, verbose=args.verbose)
+    model.fit(dataset, epochs=args.epochs, callbacks=callbacks, verbose=args.verbose, shuffle=False)
     train_seconds = time.time() - start  # ModelCheckpoint saved model.keras each epoch
 
     start = time.time()
