@@ -323,10 +323,17 @@ def em_route(
     beta_v = ops.cast(beta_v, "float32")
     beta_a = ops.cast(beta_a, "float32")
     dim = votes.shape[-1]
-    # The votes and their squares side by side, computed once: one matmul per step
-    # gives both moments (M-step) or both terms of the squared distance (E-step).
-    moments_of = ops.concatenate([votes, ops.square(votes)], axis=-1)
+    # The squares are computed once; every step contracts the votes or their squares
+    # with small per-parent tensors (batched matrix-vector products).
+    squares = ops.square(votes)
     child_activations = ops.expand_dims(activations, 2)  # (batch, sites, 1, inputs)
+
+    def contract_inputs(weights, x):  # sum_i weights[..., j, i] x[..., j, i, :]
+        return ops.squeeze(ops.matmul(ops.expand_dims(weights, -2), x), -2)
+
+    def contract_pose(x, coefficients):  # sum_h x[..., j, i, h] coefficients[..., j, h]
+        return ops.squeeze(ops.matmul(x, ops.expand_dims(coefficients, -1)), -1)
+
     responsibility = None
     schedule = inverse_temperatures(iterations, inverse_temperature)
     for t, lam in enumerate(schedule):
@@ -335,11 +342,11 @@ def em_route(
             weights = child_activations * initial_responsibility
         else:
             weights = responsibility * child_activations
-        total = ops.sum(weights, axis=-1)  # (batch, sites, outputs)
-        moments = ops.squeeze(ops.matmul(ops.expand_dims(weights, -2), moments_of), -2)
-        moments = moments / ops.expand_dims(total + EM_EPSILON, -1)
-        mean = moments[..., :dim]
-        variance = ops.maximum(moments[..., dim:] - ops.square(mean), 0.0) + variance_epsilon
+        total = ops.sum(weights, axis=-1)
+        scale = ops.expand_dims(1.0 / (total + EM_EPSILON), -1)
+        mean = contract_inputs(weights, votes) * scale
+        second_moment = contract_inputs(weights, squares) * scale
+        variance = ops.maximum(second_moment - ops.square(mean), 0.0) + variance_epsilon
         log_variance = ops.log(variance)
         cost = (dim * beta_v + 0.5 * ops.sum(log_variance, axis=-1)) * total
         logit_a = lam * (beta_a - cost)
@@ -348,8 +355,7 @@ def em_route(
         # E-step, in log space: log a[j] + log N(V[i, j]; mu[j], var[j]), with
         # sum_h (V - mu)^2 / var = sum_h V^2 / var - 2 V mu / var + mu^2 / var.
         inverse = 1.0 / variance
-        coefficients = ops.concatenate([-2.0 * mean * inverse, inverse], axis=-1)
-        squared = ops.squeeze(ops.matmul(moments_of, ops.expand_dims(coefficients, -1)), -1)
+        squared = contract_pose(squares, inverse) - 2.0 * contract_pose(votes, mean * inverse)
         offset = ops.sum(ops.square(mean) * inverse, axis=-1, keepdims=True)
         squared = ops.maximum(squared + offset, 0.0)  # (batch, sites, outputs, inputs)
         log_norm = -0.5 * (ops.sum(log_variance, axis=-1, keepdims=True) + dim * _LOG_2PI)
