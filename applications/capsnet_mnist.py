@@ -2,6 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.layers import Length
@@ -93,12 +94,7 @@ class CapsNetMNIST(keras.Model):
         name="capsnet_mnist",
         **kwargs,
     ):
-        input_shape = tuple(input_shape)
-        if len(input_shape) != 3 or not all(isinstance(d, int) and d > 0 for d in input_shape):
-            raise ValueError(
-                "`input_shape` must be (height, width, channels) of positive integers. "
-                f"Received: input_shape={input_shape!r}"
-            )
+        input_shape = check_image_shape(input_shape)
         for arg in (
             "num_classes",
             "conv_filters",

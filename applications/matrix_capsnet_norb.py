@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_capsules import routing
+from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.layers import MatrixCapsule
@@ -85,12 +86,7 @@ class MatrixCapsNetNORB(keras.Model):
         name="matrix_capsnet_norb",
         **kwargs,
     ):
-        input_shape = tuple(input_shape)
-        if len(input_shape) != 3 or not all(isinstance(d, int) and d > 0 for d in input_shape):
-            raise ValueError(
-                "`input_shape` must be (height, width, channels) of positive integers. "
-                f"Received: input_shape={input_shape!r}"
-            )
+        input_shape = check_image_shape(input_shape)
         for arg in ("A", "B", "C", "D", "iterations", "num_classes"):
             check_positive_int(arg, locals()[arg])
         if weight_decay < 0:

@@ -7,6 +7,25 @@ def check_positive_int(name, value):
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
+def check_positive(name, value):
+    """Raise a `ValueError` naming `name` unless `value` is a positive number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
+
+
+def check_image_shape(input_shape):
+    """Return `input_shape` as a tuple, or raise unless it is (height, width, channels)."""
+    input_shape = tuple(input_shape)
+    if len(input_shape) != 3 or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in input_shape
+    ):
+        raise ValueError(
+            "`input_shape` must be (height, width, channels) of positive integers. "
+            f"Received: input_shape={input_shape!r}"
+        )
+    return input_shape
+
+
 def check_capsule_inputs(input_shape, layer_name, spatial):
     """Check the `(poses, activations)` input shapes of a matrix capsule layer.
 

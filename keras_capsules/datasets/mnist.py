@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from keras_capsules.datasets import _files
 from keras_capsules.datasets import idx
 
 DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "data", "mnist")
@@ -28,14 +29,6 @@ FILES = {
     "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
 }
 """SHA-256 of the decompressed canonical files."""
-
-
-def _find(path, name):
-    for candidate in (name + ".gz", name):
-        full = os.path.join(path, candidate)
-        if os.path.exists(full):
-            return full
-    return None
 
 
 def _read_verified(filename, expected_sha256):
@@ -96,7 +89,7 @@ def load_data(path=None, verify=True):
     ((60000, 28, 28), (10000, 28, 28))
     """
     path = DEFAULT_PATH if path is None else os.fspath(path)
-    found = {name: _find(path, name) for name in FILES}
+    found = {name: _files.find(path, name) for name in FILES}
     if not any(found.values()):
         return _load_tfds()
     missing = [name for name, filename in found.items() if filename is None]

@@ -26,6 +26,8 @@ import zlib
 
 import numpy as np
 
+from keras_capsules.datasets import _files
+
 URL = "https://cs.nyu.edu/~ylclab/data/norb-v1.0-small/"
 """Home of the official distribution."""
 
@@ -198,14 +200,6 @@ def read_matrix(filename):
     return _read(filename)
 
 
-def _find(path, name):
-    for candidate in (name + ".gz", name):
-        full = os.path.join(path, candidate)
-        if os.path.exists(full):
-            return full
-    return None
-
-
 def _check_dat(filename, dtype, shape):
     if dtype != np.uint8 or len(shape) != 4 or tuple(shape[1:]) != (2, 96, 96):
         raise ValueError(
@@ -312,7 +306,7 @@ def load_data(path=None):
     if path is not None:
         path = os.path.expanduser(os.fspath(path))
         found = {
-            split: {kind: _find(path, name) for kind, name in names.items()}
+            split: {kind: _files.find(path, name) for kind, name in names.items()}
             for split, names in FILES.items()
         }
         present = [f for names in found.values() for f in names.values() if f is not None]

@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_capsules import routing
 from keras_capsules._validation import check_capsule_inputs
+from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 
 
@@ -71,12 +72,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
         super().__init__(**kwargs)
         check_positive_int("num_classes", num_classes)
         check_positive_int("iterations", iterations)
-        if not inverse_temperature > 0:
-            raise ValueError(
-                f"`inverse_temperature` must be positive. Received: {inverse_temperature!r}"
-            )
-        if not variance_epsilon > 0:
-            raise ValueError(f"`variance_epsilon` must be positive. Received: {variance_epsilon!r}")
+        check_positive("inverse_temperature", inverse_temperature)
+        check_positive("variance_epsilon", variance_epsilon)
         self.num_classes = num_classes
         self.iterations = iterations
         self.coordinate_addition = bool(coordinate_addition)

@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_capsules import routing
 from keras_capsules._validation import check_capsule_inputs
+from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 
 
@@ -81,12 +82,8 @@ class MatrixCapsule(keras.layers.Layer):
         check_positive_int("kernel_size", kernel_size)
         check_positive_int("strides", strides)
         check_positive_int("iterations", iterations)
-        if not inverse_temperature > 0:
-            raise ValueError(
-                f"`inverse_temperature` must be positive. Received: {inverse_temperature!r}"
-            )
-        if not variance_epsilon > 0:
-            raise ValueError(f"`variance_epsilon` must be positive. Received: {variance_epsilon!r}")
+        check_positive("inverse_temperature", inverse_temperature)
+        check_positive("variance_epsilon", variance_epsilon)
         self.capsule_types = capsule_types
         self.kernel_size = kernel_size
         self.strides = strides
