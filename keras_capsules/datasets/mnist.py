@@ -115,7 +115,9 @@ def random_shift(images, max_shift=2, seed=None):
     Args:
         images: a `tf.Tensor` of shape `(batch, height, width, channels)`.
         max_shift: largest shift in pixels (2 in the paper).
-        seed: optional integer seed for `tf.random`.
+        seed: optional seed: an integer (for `tf.random.uniform`) or a
+            shape `(2,)` integer tensor, then the shifts are stateless
+            (`tf.random.stateless_uniform`): the same seed, the same shifts.
 
     Returns:
         The shifted images, same shape and dtype.
@@ -127,7 +129,10 @@ def random_shift(images, max_shift=2, seed=None):
     shape = tf.shape(images)
     height, width = images.shape[1], images.shape[2]
     padded = tf.pad(images, [[0, 0], [max_shift, max_shift], [max_shift, max_shift], [0, 0]])
-    offsets = tf.random.uniform((shape[0], 2), 0, 2 * max_shift + 1, dtype=tf.int32, seed=seed)
+    if isinstance(seed, int) or seed is None:
+        offsets = tf.random.uniform((shape[0], 2), 0, 2 * max_shift + 1, tf.int32, seed=seed)
+    else:
+        offsets = tf.random.stateless_uniform((shape[0], 2), seed, 0, 2 * max_shift + 1, tf.int32)
     rows = offsets[:, :1] + tf.range(height)[None, :]
     cols = offsets[:, 1:] + tf.range(width)[None, :]
     picked_rows = tf.gather(padded, rows, batch_dims=1)
@@ -172,8 +177,14 @@ def training_pipeline(x, y, batch_size=100, max_shift=2, shuffle=True, seed=None
     if shuffle:
         dataset = dataset.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size)
+    # One stateless seed per batch, drawn anew every epoch (also when `seed` is set).
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+    dataset = tf.data.Dataset.zip((dataset, seeds))
     dataset = dataset.map(
-        lambda images, labels: (random_shift(tf.cast(images, tf.float32), max_shift, seed), labels),
+        lambda batch, batch_seed: (
+            random_shift(tf.cast(batch[0], tf.float32), max_shift, batch_seed),
+            batch[1],
+        ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return dataset.prefetch(tf.data.AUTOTUNE)

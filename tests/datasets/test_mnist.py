@@ -109,6 +109,21 @@ def test_training_pipeline_shifts_within_two_pixels(mnist_data):
     assert shifted > 32  # most images moved
 
 
+def test_training_pipeline_shifts_anew_every_epoch_and_repeats_with_the_seed(mnist_data):
+    (x_train, y_train), _ = mnist_data
+    x, y = x_train[:64], y_train[:64]
+
+    def epochs(seed):
+        dataset = mnist.training_pipeline(x, y, batch_size=32, shuffle=False, seed=seed)
+        return [np.concatenate([b[0] for b in dataset.as_numpy_iterator()]) for _ in range(2)]
+
+    first, second = epochs(7)
+    assert not np.array_equal(first, second)  # new shifts in the second epoch
+    again = epochs(7)
+    np.testing.assert_array_equal(first, again[0])
+    np.testing.assert_array_equal(second, again[1])
+
+
 def test_training_pipeline_without_shift_and_errors(mnist_data):
     (x_train, y_train), _ = mnist_data
     dataset = mnist.training_pipeline(
