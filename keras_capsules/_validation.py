@@ -26,13 +26,14 @@ def check_image_shape(input_shape):
     return input_shape
 
 
-def check_capsule_inputs(input_shape, layer_name, spatial):
+def check_capsule_inputs(input_shape, layer_name, spatial, known_grid=False):
     """Check the `(poses, activations)` input shapes of a matrix capsule layer.
 
     Poses are `(batch, height, width, types, 16)` and activations
     `(batch, height, width, types)` when `spatial`, else `(batch, capsules, 16)`
-    and `(batch, capsules)`. Returns the two shapes; raises a `ValueError`
-    naming the layer and the shapes otherwise.
+    and `(batch, capsules)`. With `known_grid`, height and width must be
+    known. Returns the two shapes; raises a `ValueError` naming the layer and
+    the shapes otherwise.
     """
     rank = 5 if spatial else 3
     layout = "(batch, height, width, types" if spatial else "(batch, capsules"
@@ -53,5 +54,10 @@ def check_capsule_inputs(input_shape, layer_name, spatial):
             f"Layer {layer_name!r} expects inputs (poses, activations) with poses of shape "
             f"{layout}, 16) (flattened 4x4 matrices) and activations of shape {layout}). "
             f"Received: input_shape={input_shape}"
+        )
+    if known_grid and (poses_shape[1] is None or poses_shape[2] is None):
+        raise ValueError(
+            f"Layer {layer_name!r} needs a known height and width of the input grid. "
+            f"Received: poses shape {poses_shape}"
         )
     return poses_shape, activations_shape

@@ -85,13 +85,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
 
     def build(self, input_shape):
-        poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True)
+        poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True, known_grid=True)
         height, width, input_types = poses_shape[1], poses_shape[2], poses_shape[3]
-        if height is None or width is None:
-            raise ValueError(
-                f"Layer {self.name!r} needs a known height and width of the input grid. "
-                f"Received: poses shape {tuple(poses_shape)}"
-            )
         offsets = np.zeros((height, width, input_types, 16), "float32")
         if self.coordinate_addition:
             offsets[..., 3] = ((np.arange(height) + 0.5) / height)[:, None, None]

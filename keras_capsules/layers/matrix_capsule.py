@@ -96,13 +96,8 @@ class MatrixCapsule(keras.layers.Layer):
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
 
     def build(self, input_shape):
-        poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True)
+        poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True, known_grid=True)
         height, width, input_types = poses_shape[1], poses_shape[2], poses_shape[3]
-        if height is None or width is None:
-            raise ValueError(
-                f"Layer {self.name!r} needs a known height and width of the input grid. "
-                f"Received: poses shape {tuple(poses_shape)}"
-            )
         children, parents_of, counts, out_size = routing.convolution_sites(
             height, width, self.kernel_size, self.strides
         )
