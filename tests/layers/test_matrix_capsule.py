@@ -163,5 +163,7 @@ def test_bad_arguments_and_shapes():
             MatrixCapsule(**kwargs)
     with pytest.raises(ValueError, match="poses"):
         MatrixCapsule(2).build([(None, 5, 5, 2, 9), (None, 5, 5, 2)])
+    with pytest.raises(ValueError, match="height and width"):
+        MatrixCapsule(2).build([(None, None, None, 2, 16), (None, None, None, 2)])
     with pytest.raises(ValueError, match="kernel"):
         MatrixCapsule(2, kernel_size=3).build([(None, 2, 2, 2, 16), (None, 2, 2, 2)])
