@@ -58,6 +58,9 @@ def _build_parser():
         "--inverse-temperature", type=float, default=None, help="EM models: final lambda"
     )
     train.add_argument(
+        "--variance-epsilon", type=float, default=None, help="EM models: variance floor (1e-4)"
+    )
+    train.add_argument(
         "--learning-rate", type=float, default=None, help="1e-3 (capsnet-mnist), 3e-3 (EM)"
     )
     train.add_argument("--seed", type=int, default=None)
@@ -114,6 +117,7 @@ def _build_model(args):
         num_classes=10 if mnist else 5,
         rescale=1.0 / 255.0 if mnist else None,
         inverse_temperature=args.inverse_temperature or routing.INVERSE_TEMPERATURE,
+        variance_epsilon=args.variance_epsilon or routing.VARIANCE_EPSILON,
         learning_rate=args.learning_rate or 3e-3,
     )
 

@@ -112,8 +112,10 @@ EM_TINY = ["-A", "8", "-B", "2", "-C", "2", "-D", "2", "--routings", "2", "--ver
 def test_train_matrix_capsnet_mnist(tmp_path):
     output = str(tmp_path / "em")
     args = ["train", "matrix-capsnet-mnist", "--output", output, "--train-size", "64"]
-    assert cli.main(args + ["--test-size", "32", *EM_TINY]) == 0
+    assert cli.main(args + ["--test-size", "32", "--variance-epsilon", "0.01", *EM_TINY]) == 0
     metrics = json.load(open(os.path.join(output, "metrics.json")))
+    saved = cli._load_model(os.path.join(output, "model.keras"))
+    assert saved.get_layer("conv_caps2").variance_epsilon == 0.01
     assert metrics["model"] == "matrix-capsnet-mnist" and metrics["batch_size"] == 32
     assert metrics["train_images"] == 64 and 0 <= metrics["test_accuracy"] <= 1
     assert metrics["train_steps_this_session"] == 2 and metrics["nonfinite_loss_steps"] == 0

@@ -28,6 +28,17 @@ def test_parameter_counts_of_the_paper_models():
     assert small.count_params() == 68_755  # plus the non-trainable spread margin
 
 
+def test_routing_arguments_reach_every_capsule_layer():
+    model = applications.MatrixCapsNetNORB(
+        **TINY, inverse_temperature=0.05, variance_epsilon=1e-2, compile=False
+    )
+    for name in ("conv_caps1", "conv_caps2", "class_caps"):
+        layer = model.get_layer(name)
+        assert (layer.iterations, layer.inverse_temperature) == (2, 0.05)
+        assert layer.variance_epsilon == 1e-2
+    assert model.get_config()["variance_epsilon"] == 1e-2
+
+
 def test_architecture_shapes():
     model = applications.MatrixCapsNetNORB(compile=False)
     assert model.get_layer("primary_caps").output[0].shape == (None, 14, 14, 32, 16)
