@@ -1,0 +1,19 @@
+"""Serving: a versioned SavedModel export with a stable contract.
+
+`export_saved_model` needs TensorFlow only; `serve` needs the `serve` extra
+(`pip install "keras-capsules[serve]"`), which installs KServe's model server.
+"""
+
+from keras_capsules.serving.export import RECONSTRUCT_CAPSULE_SIGNATURE
+from keras_capsules.serving.export import RECONSTRUCT_SIGNATURE
+from keras_capsules.serving.export import SERVING_SIGNATURE
+from keras_capsules.serving.export import export_saved_model
+from keras_capsules.serving.export import latest_version_dir
+
+__all__ = [
+    "RECONSTRUCT_CAPSULE_SIGNATURE",
+    "RECONSTRUCT_SIGNATURE",
+    "SERVING_SIGNATURE",
+    "export_saved_model",
+    "latest_version_dir",
+]

@@ -1,0 +1,240 @@
+"""Export a capsule network as a versioned SavedModel with a stable serving contract."""
+
+import os
+
+import keras
+
+SERVING_SIGNATURE = "serving_default"
+RECONSTRUCT_SIGNATURE = "reconstruct"
+RECONSTRUCT_CAPSULE_SIGNATURE = "reconstruct_capsule"
+
+
+def next_version(output_dir):
+    """The version TF Serving will load next: one above the highest in `output_dir`."""
+    versions = [int(name) for name in _listdir(output_dir) if name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def latest_version_dir(path):
+    """The SavedModel directory to serve from `path`.
+
+    `path` is either a SavedModel itself or a versioned base directory
+    (`path/1/`, `path/2/`, ...), in which case the highest version is chosen,
+    as TF Serving does.
+    """
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    versions = [
+        int(name)
+        for name in _listdir(path)
+        if name.isdigit() and os.path.isfile(os.path.join(path, name, "saved_model.pb"))
+    ]
+    if not versions:
+        raise FileNotFoundError(
+            f"No SavedModel in {path!r}: expected {path}/saved_model.pb or version "
+            f"folders such as {path}/1/saved_model.pb (as `keras-capsules export` writes)."
+        )
+    return os.path.join(path, str(max(versions)))
+
+
+def _listdir(path):
+    return os.listdir(path) if os.path.isdir(path) else []
+
+
+def _image_shape(model, input_shape):
+    if input_shape is None:
+        inputs = getattr(model, "inputs", None)
+        if not inputs or len(inputs) != 1:
+            raise ValueError(
+                "Cannot tell the image shape of this model: pass `input_shape`, "
+                "the shape of one image such as (28, 28, 1)."
+            )
+        input_shape = tuple(inputs[0].shape[1:])
+    input_shape = tuple(input_shape)
+    if len(input_shape) != 3 or not all(isinstance(d, int) and d > 0 for d in input_shape):
+        raise ValueError(
+            "`input_shape` must be a fully known (height, width, channels) image shape. "
+            f"Received: input_shape={input_shape}"
+        )
+    return input_shape
+
+
+def _heads(tf, outputs):
+    """Class probabilities and class capsule poses (or None) from a model's outputs.
+
+    Understands the applications' dicts (`probabilities` or `activations`, and
+    `poses`), the `[poses, activations]` pair of `ClassMatrixCapsule`, a tensor
+    of class capsules `(batch, classes, dim)` (probabilities are their
+    lengths) and a tensor of probabilities `(batch, classes)`.
+    """
+    if isinstance(outputs, dict):
+        probabilities = outputs.get("probabilities", outputs.get("activations"))
+        if probabilities is None:
+            raise ValueError(
+                "A model with dict outputs must name its class probabilities "
+                f"'probabilities' or 'activations'. Received keys: {sorted(outputs)}"
+            )
+        return probabilities, outputs.get("poses")
+    if isinstance(outputs, (list, tuple)):
+        if len(outputs) == 2:
+            poses, activations = outputs
+            if activations.shape.rank == 2 and poses.shape.rank >= 3:
+                return activations, poses
+        raise ValueError(
+            "A model with several outputs must return [poses, activations] as "
+            f"ClassMatrixCapsule does. Received {len(outputs)} outputs."
+        )
+    if outputs.shape.rank == 3:
+        capsules = tf.cast(outputs, tf.float32)
+        return tf.sqrt(tf.reduce_sum(tf.square(capsules), axis=-1) + 1e-7), capsules
+    if outputs.shape.rank == 2:
+        return outputs, None
+    raise ValueError(
+        "The model must output class capsules (batch, classes, dim) or class "
+        f"probabilities (batch, classes). Received an output of shape {outputs.shape}."
+    )
+
+
+def export_saved_model(model, output_dir, version=None, input_shape=None, verbose=True):
+    """Export a capsule network as a SavedModel that TF Serving and KServe load.
+
+    The SavedModel is written to `output_dir/<version>/`, the versioned layout
+    of TF Serving. Its signatures take a float32 image batch `images` of shape
+    `(batch, height, width, channels)`, pixel values as the model was trained
+    on (`[0, 255]` for the applications), and check it in the graph: a wrong
+    rank or size fails with a message naming the expected shape, and NaN or
+    infinite pixels are refused.
+
+    - `serving_default` returns `probabilities` (float32, `(batch, classes)`:
+      capsule lengths or activations), `classes` (int64, the predicted class)
+      and `poses` (float32, the class capsules), when the model has them.
+    - `reconstruct` (models with a `decoder`, such as `CapsNetMNIST`) returns
+      `reconstructions` in [0, 1] from the longest capsule and its `classes`.
+    - `reconstruct_capsule` takes `images` and `capsules` (int64, one class
+      index per image) and reconstructs each image from the capsule named.
+
+    Nothing from keras-capsules is needed to load the result: it is plain
+    TensorFlow (`tf.saved_model.load`, `keras.layers.TFSMLayer`,
+    `saved_model_cli`, TF Serving).
+
+    Args:
+        model: a built Keras model taking one image batch, e.g. an application
+            or a functional model made of keras-capsules layers.
+        output_dir: the model's base directory; versions are folders below it.
+        version: positive integer version; by default one above the highest
+            version already in `output_dir` (1 for a new directory).
+        input_shape: shape of one image; read from the model when `None`.
+        verbose: print what was written.
+
+    Returns:
+        The path of the version directory written.
+
+    Example:
+
+    >>> from keras_capsules.serving import export_saved_model
+    >>> export_saved_model(model, "models/capsnet")  # doctest: +SKIP
+    'models/capsnet/1'
+    """
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            "SavedModel export needs the TensorFlow backend (current backend: "
+            f"{keras.backend.backend()!r}). A .keras file saved on any backend loads there: "
+            "run `KERAS_BACKEND=tensorflow keras-capsules export MODEL.keras OUTPUT_DIR`."
+        )
+    import tensorflow as tf
+
+    if version is None:
+        version = next_version(output_dir)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"`version` must be a positive integer. Received: version={version!r}")
+    path = os.path.join(output_dir, str(version))
+    if os.path.exists(path):
+        raise FileExistsError(
+            f"Version {version} already exists at {path}; choose another `version` "
+            "(TF Serving serves the highest) or remove it."
+        )
+    image_shape = _image_shape(model, input_shape)
+    expected = "(batch, " + ", ".join(str(d) for d in image_shape) + ")"
+    image_spec = tf.TensorSpec(shape=None, dtype=tf.float32, name="images")
+
+    def checked(images):
+        shape = tf.shape(images)
+        rank_ok = tf.equal(tf.size(shape), len(image_shape) + 1)
+        size_ok = tf.cond(
+            rank_ok,
+            lambda: tf.reduce_all(tf.equal(shape[1:], image_shape)),
+            lambda: tf.constant(False),
+        )
+        shape_check = tf.debugging.Assert(
+            rank_ok & size_ok,
+            [f"`images` must be a float32 batch of shape {expected}; received shape", shape],
+            summarize=8,
+        )
+        with tf.control_dependencies([shape_check]):
+            images = tf.ensure_shape(tf.identity(images), (None,) + image_shape)
+        return tf.debugging.assert_all_finite(images, "`images` contains NaN or infinite pixels")
+
+    def predict(images):
+        probabilities, poses = _heads(tf, model(checked(images), training=False))
+        probabilities = tf.cast(probabilities, tf.float32)
+        result = {"probabilities": probabilities, "classes": tf.argmax(probabilities, axis=-1)}
+        if poses is not None:
+            result["poses"] = tf.cast(poses, tf.float32)
+        return result
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    # Recorded for servers: the signatures accept any rank so that they can
+    # answer a wrong one with a message, which leaves the shape unstated.
+    archive.add_variable_collection(
+        "image_shape", [tf.Variable(image_shape, dtype=tf.int64, trainable=False)]
+    )
+    archive.add_endpoint(
+        SERVING_SIGNATURE, tf.function(predict, input_signature=[image_spec], autograph=False)
+    )
+
+    decoder = getattr(model, "decoder", None)
+    mask = getattr(model, "mask", None)
+    if decoder is not None and mask is not None:
+        num_classes = model.num_classes
+
+        def reconstruct(images):
+            outputs = predict(images)
+            return {
+                "reconstructions": tf.cast(decoder(mask(outputs["poses"])), tf.float32),
+                "classes": outputs["classes"],
+            }
+
+        def reconstruct_capsule(images, capsules):
+            in_range = tf.reduce_all((capsules >= 0) & (capsules < num_classes))
+            tf.debugging.Assert(
+                in_range, [f"`capsules` must be class indices in [0, {num_classes})"]
+            )
+            tf.debugging.assert_equal(
+                tf.shape(capsules)[0],
+                tf.shape(images)[0],
+                message="`capsules` needs one class index per image",
+            )
+            poses = predict(images)["poses"]
+            return {"reconstructions": tf.cast(decoder(mask(poses, labels=capsules)), tf.float32)}
+
+        archive.add_endpoint(
+            RECONSTRUCT_SIGNATURE,
+            tf.function(reconstruct, input_signature=[image_spec], autograph=False),
+        )
+        archive.add_endpoint(
+            RECONSTRUCT_CAPSULE_SIGNATURE,
+            tf.function(
+                reconstruct_capsule,
+                input_signature=[
+                    image_spec,
+                    tf.TensorSpec(shape=[None], dtype=tf.int64, name="capsules"),
+                ],
+                autograph=False,
+            ),
+        )
+    os.makedirs(output_dir, exist_ok=True)
+    archive.write_out(path, verbose=False)
+    if verbose:
+        print(f"SavedModel version {version} written to {path}")
+    return path

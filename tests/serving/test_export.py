@@ -1,0 +1,253 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+import applications
+from keras_capsules import layers
+from keras_capsules.serving import export_saved_model
+from keras_capsules.serving import latest_version_dir
+from tests.conftest import BACKEND
+from tests.conftest import requires_tensorflow
+
+SMALL = dict(conv_filters=16, primary_capsules=4, capsule_dim=8, decoder_units=(32,))
+TINY_EM = dict(A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3)
+
+
+def images(n, shape=(28, 28, 1), seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n,) + shape).astype("float32")
+
+
+@pytest.fixture(scope="module")
+def capsnet_export(tmp_path_factory):
+    """A small CapsNetMNIST, its exported version directory and some images."""
+    if BACKEND != "tensorflow":
+        pytest.skip("SavedModel export is the TensorFlow part")
+    keras.utils.set_random_seed(7)
+    model = applications.CapsNetMNIST(**SMALL)
+    base = str(tmp_path_factory.mktemp("export") / "capsnet")
+    return model, export_saved_model(model, base, verbose=False), images(6)
+
+
+def signatures(path):
+    import tensorflow as tf
+
+    return tf.saved_model.load(path).signatures
+
+
+@requires_tensorflow
+def test_versioned_layout(capsnet_export, tmp_path):
+    model, path, _ = capsnet_export
+    base = os.path.dirname(path)
+    assert os.path.basename(path) == "1"
+    assert os.path.isfile(os.path.join(path, "saved_model.pb"))
+    second = export_saved_model(model, base, verbose=False)
+    assert os.path.basename(second) == "2" and latest_version_dir(base) == second
+    assert latest_version_dir(path) == path  # a SavedModel itself is served as is
+    with pytest.raises(FileExistsError, match="Version 2 already exists"):
+        export_saved_model(model, base, version=2, verbose=False)
+    with pytest.raises(ValueError, match="`version`"):
+        export_saved_model(model, base, version=0, verbose=False)
+    with pytest.raises(FileNotFoundError, match="No SavedModel"):
+        latest_version_dir(str(tmp_path))
+
+
+@requires_tensorflow
+def test_serving_default_reproduces_the_keras_model(capsnet_export):
+    import tensorflow as tf
+
+    model, path, x = capsnet_export
+    served = signatures(path)["serving_default"](images=tf.constant(x))
+    expected = model.predict(x, outputs="all", verbose=0)
+    assert set(served) == {"probabilities", "classes", "poses"}
+    np.testing.assert_allclose(served["probabilities"], expected["probabilities"], atol=1e-5)
+    np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
+    assert served["classes"].dtype == tf.int64
+    np.testing.assert_array_equal(served["classes"], expected["probabilities"].argmax(-1))
+
+
+@requires_tensorflow
+def test_reconstruction_signatures(capsnet_export):
+    import tensorflow as tf
+
+    model, path, x = capsnet_export
+    found = signatures(path)
+    served = found["reconstruct"](images=tf.constant(x))
+    np.testing.assert_allclose(served["reconstructions"], model.reconstruct(x), atol=1e-5)
+    labels = np.array([3, 1, 4, 1, 5, 9])
+    chosen = found["reconstruct_capsule"](images=tf.constant(x), capsules=tf.constant(labels))
+    np.testing.assert_allclose(
+        chosen["reconstructions"], model.reconstruct(x, labels=labels), atol=1e-5
+    )
+    # Other capsules than the longest give other images (untrained: close to 0.5).
+    assert np.abs(chosen["reconstructions"] - served["reconstructions"]).max() > 1e-5
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"class indices in \[0, 10\)"):
+        found["reconstruct_capsule"](
+            images=tf.constant(x), capsules=tf.constant([0, 1, 2, 3, 4, 10], tf.int64)
+        )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one class index per image"):
+        found["reconstruct_capsule"](images=tf.constant(x), capsules=tf.constant([0, 1], tf.int64))
+
+
+@requires_tensorflow
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ((2, 28, 28), r"shape \(batch, 28, 28, 1\); received shape\] \[2 28 28\]"),
+        ((2, 32, 32, 1), r"shape \(batch, 28, 28, 1\); received shape\] \[2 32 32 1\]"),
+        ((28, 28, 1), r"received shape\] \[28 28 1\]"),
+    ],
+)
+def test_wrong_shapes_fail_in_the_graph_naming_the_expected_shape(capsnet_export, shape, message):
+    import tensorflow as tf
+
+    _, path, _ = capsnet_export
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        signatures(path)["serving_default"](images=tf.zeros(shape))
+
+
+@requires_tensorflow
+def test_nan_pixels_are_refused(capsnet_export):
+    import tensorflow as tf
+
+    _, path, x = capsnet_export
+    x = x.copy()
+    x[2, 5, 5, 0] = np.nan
+    with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or infinite pixels"):
+        signatures(path)["serving_default"](images=tf.constant(x))
+
+
+@requires_tensorflow
+def test_tfsm_layer_reproduces_the_keras_model(capsnet_export):
+    model, path, x = capsnet_export
+    layer = keras.layers.TFSMLayer(path, call_endpoint="serving_default")
+    served = layer(x)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(served["probabilities"]),
+        model.predict(x, verbose=0),
+        atol=1e-5,
+    )
+
+
+@requires_tensorflow
+def test_saved_model_cli_shows_and_runs_it(capsnet_export, tmp_path):
+    model, path, x = capsnet_export
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    shown = subprocess.run(
+        [cli, "show", "--dir", path, "--all"], capture_output=True, text=True, check=True
+    ).stdout
+    for name in ("serving_default", "reconstruct", "reconstruct_capsule", "probabilities"):
+        assert name in shown
+    np.save(tmp_path / "x.npy", x[:2])
+    subprocess.run(
+        [cli, "run", "--dir", path, "--tag_set", "serve", "--signature_def", "serving_default"]
+        + ["--inputs", f"images={tmp_path / 'x.npy'}", "--outdir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    probabilities = np.load(tmp_path / "out" / "probabilities.npy")
+    np.testing.assert_allclose(probabilities, model.predict(x[:2], verbose=0), atol=1e-5)
+
+
+@requires_tensorflow
+def test_loads_without_keras_capsules(capsnet_export, tmp_path):
+    """A process that cannot import keras_capsules (nor applications) serves the export."""
+    model, path, x = capsnet_export
+    np.save(tmp_path / "x.npy", x)
+    script = textwrap.dedent(
+        f"""
+        import importlib.abc, json, sys
+
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("keras_capsules", "applications"):
+                    raise ImportError(f"blocked: {{name}}")
+
+        sys.meta_path.insert(0, Block())
+        import numpy as np
+        import tensorflow as tf
+
+        loaded = tf.saved_model.load({path!r})
+        x = tf.constant(np.load({str(tmp_path / "x.npy")!r}))
+        out = loaded.signatures["serving_default"](images=x)
+        assert "keras_capsules" not in sys.modules
+        print(json.dumps(out["probabilities"].numpy().tolist()))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    probabilities = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(probabilities, model.predict(x, verbose=0), atol=1e-5)
+
+
+@requires_tensorflow
+def test_matrix_capsnet_norb_contract(tmp_path):
+    import tensorflow as tf
+
+    model = applications.MatrixCapsNetNORB(**TINY_EM)
+    x = np.random.default_rng(3).normal(size=(5, 20, 20, 2)).astype("float32")
+    found = signatures(export_saved_model(model, str(tmp_path / "norb"), verbose=False))
+    assert set(found) == {"serving_default"}  # no decoder, no reconstruction signature
+    served = found["serving_default"](images=tf.constant(x))
+    expected = model.predict(x, outputs="all", verbose=0)
+    np.testing.assert_allclose(served["probabilities"], expected["activations"], atol=1e-5)
+    np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\(batch, 20, 20, 2\)"):
+        found["serving_default"](images=tf.zeros((1, 20, 20, 1)))
+
+
+@requires_tensorflow
+def test_models_built_from_layers(tmp_path):
+    """Capsule outputs are served as their lengths; [poses, activations] as activations."""
+    import tensorflow as tf
+
+    inputs = keras.Input((12, 12, 1))
+    x = keras.layers.Conv2D(8, 3, activation="relu")(inputs)
+    capsules = layers.CapsuleLayer(4, 6)(layers.PrimaryCapsule(2, 4, 3, strides=2)(x))
+    vector_model = keras.Model(inputs, capsules)
+    x = images(3, (12, 12, 1))
+    served = signatures(export_saved_model(vector_model, str(tmp_path / "v"), verbose=False))[
+        "serving_default"
+    ](images=tf.constant(x))
+    poses = vector_model.predict(x, verbose=0)
+    np.testing.assert_allclose(served["poses"], poses, atol=1e-5)
+    np.testing.assert_allclose(served["probabilities"], np.linalg.norm(poses, axis=-1), atol=1e-5)
+
+    inputs = keras.Input((8, 8, 1))
+    poses, activations = layers.PrimaryMatrixCapsule(2)(keras.layers.Conv2D(4, 1)(inputs))
+    outputs = layers.ClassMatrixCapsule(3, iterations=1)([poses, activations])
+    matrix_model = keras.Model(inputs, outputs)
+    x = images(2, (8, 8, 1))
+    served = signatures(export_saved_model(matrix_model, str(tmp_path / "m"), verbose=False))[
+        "serving_default"
+    ](images=tf.constant(x))
+    expected_poses, expected_activations = matrix_model.predict(x, verbose=0)
+    np.testing.assert_allclose(served["probabilities"], expected_activations, atol=1e-5)
+    np.testing.assert_allclose(served["poses"], expected_poses, atol=1e-5)
+
+
+@requires_tensorflow
+def test_unservable_models_are_refused_with_a_reason(tmp_path):
+    inputs = keras.Input((8, 8, 1))
+    model = keras.Model(inputs, keras.layers.Conv2D(2, 3)(inputs))
+    with pytest.raises(ValueError, match=r"class capsules \(batch, classes, dim\)"):
+        export_saved_model(model, str(tmp_path / "conv"), verbose=False)
+    vectors = keras.Input((10,))
+    flat = keras.Model(vectors, keras.layers.Dense(3)(vectors))
+    with pytest.raises(ValueError, match="image shape"):
+        export_saved_model(flat, str(tmp_path / "flat"), verbose=False)
+
+
+@pytest.mark.skipif(BACKEND == "tensorflow", reason="tests the error on other backends")
+def test_other_backends_are_told_how_to_export(tmp_path):
+    model = applications.CapsNetMNIST(**SMALL)
+    with pytest.raises(RuntimeError, match="KERAS_BACKEND=tensorflow"):
+        export_saved_model(model, str(tmp_path / "x"))
