@@ -1,10 +1,11 @@
-"""The `keras-capsules` command: train, evaluate and export capsule networks.
+"""The `keras-capsules` command: train, evaluate, export and serve capsule networks.
 
     keras-capsules train capsnet-mnist --epochs 1 --output runs/mnist
     keras-capsules train matrix-capsnet-mnist --epochs 1 --output runs/em-mnist
     keras-capsules train matrix-capsnet-norb --data-dir ~/smallnorb --output runs/norb
     keras-capsules evaluate runs/mnist/model.keras
-    keras-capsules export runs/mnist/model.keras runs/mnist/savedmodel
+    keras-capsules export runs/mnist/model.keras models/capsnet
+    keras-capsules serve models/capsnet --port 8501
 
 `train` shows Keras's progress bar, keeps a backup of the run after every
 epoch (`OUTPUT/backup`) and resumes from it when started again with the same
@@ -30,7 +31,7 @@ MATRIX_MODELS = ("matrix-capsnet-mnist", "matrix-capsnet-norb")
 
 def _build_parser():
     parser = argparse.ArgumentParser(
-        prog="keras-capsules", description="Train, evaluate and export capsule networks."
+        prog="keras-capsules", description="Train, evaluate, export and serve capsule networks."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -74,9 +75,28 @@ def _build_parser():
     evaluate.add_argument("--batch-size", type=int, default=32)
     evaluate.add_argument("--test-size", type=int, default=None)
 
-    export = commands.add_parser("export", help="export a saved .keras model as a SavedModel")
+    export = commands.add_parser(
+        "export", help="export a saved .keras model as a versioned SavedModel for serving"
+    )
     export.add_argument("model_path")
-    export.add_argument("output_dir")
+    export.add_argument("output_dir", help="base directory; the model goes to OUTPUT_DIR/<version>")
+    export.add_argument(
+        "--version", type=int, default=None, help="version number (default: the next one)"
+    )
+
+    serve = commands.add_parser(
+        "serve", help="serve an exported model with TF Serving's REST API (KServe)"
+    )
+    serve.add_argument("model_dir", help="directory written by `export` (highest version served)")
+    serve.add_argument("--port", type=int, default=8501)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="interface to bind (0.0.0.0 exposes the server)"
+    )
+    serve.add_argument("--model-name", default=None, help="name in the URLs (default: folder)")
+    serve.add_argument("--max-batch-size", type=int, default=256)
+    serve.add_argument(
+        "--max-request-bytes", type=int, default=16 * 1024 * 1024, help="larger bodies get a 413"
+    )
     return parser
 
 
@@ -243,18 +263,41 @@ def evaluate(args):
 
 
 def export(args):
+    from keras_capsules.serving import export_saved_model
+
     model = _load_model(args.model_path)
-    model.export(args.output_dir)
-    print(f"SavedModel written to {args.output_dir}")
+    try:
+        export_saved_model(model, args.output_dir, version=args.version)
+    except (FileExistsError, RuntimeError, ValueError) as error:
+        raise SystemExit(f"keras-capsules export: {error}") from None
+    return 0
+
+
+def serve(args):
+    from keras_capsules.serving import serve as run_server
+
+    try:
+        run_server(
+            args.model_dir,
+            port=args.port,
+            host=args.host,
+            model_name=args.model_name,
+            max_batch_size=args.max_batch_size,
+            max_request_bytes=args.max_request_bytes,
+        )
+    except (FileNotFoundError, ValueError, ImportError) as error:
+        raise SystemExit(f"keras-capsules serve: {error}") from None
     return 0
 
 
 def main(argv=None):
     parser = _build_parser()
     args = parser.parse_args(argv)
-    for name in ("epochs", "batch_size", "train_size", "test_size", "routings", "A", "B", "C", "D"):
+    positive = ("epochs", "batch_size", "train_size", "test_size", "routings", "A", "B", "C", "D")
+    for name in positive + ("version", "max_batch_size", "max_request_bytes"):
         _positive(parser, name, getattr(args, name, None))
-    return {"train": train, "evaluate": evaluate, "export": export}[args.command](args)
+    commands = {"train": train, "evaluate": evaluate, "export": export, "serve": serve}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

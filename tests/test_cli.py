@@ -88,14 +88,23 @@ def test_export_command(tmp_path):
     model = applications.CapsNetMNIST(conv_filters=16, primary_capsules=4)
     model.save(str(tmp_path / "m.keras"))
     assert cli.main(["export", str(tmp_path / "m.keras"), str(tmp_path / "sm")]) == 0
+    assert cli.main(["export", str(tmp_path / "m.keras"), str(tmp_path / "sm")]) == 0
+    assert sorted(os.listdir(tmp_path / "sm")) == ["1", "2"]  # TF Serving's versions
+    with pytest.raises(SystemExit, match="already exists"):
+        cli.main(["export", str(tmp_path / "m.keras"), str(tmp_path / "sm"), "--version", "2"])
     x = np.random.default_rng(0).uniform(0, 255, (3, 28, 28, 1)).astype("float32")
-    reloaded = tf.saved_model.load(str(tmp_path / "sm"))
-    served = reloaded.serve(tf.constant(x))
+    reloaded = tf.saved_model.load(str(tmp_path / "sm" / "2"))
+    served = reloaded.signatures["serving_default"](images=tf.constant(x))
     np.testing.assert_allclose(
         served["probabilities"].numpy(),
         keras.saving.load_model(str(tmp_path / "m.keras")).predict(x, verbose=0),
         atol=1e-5,
     )
+
+
+def test_serve_reports_a_missing_model(tmp_path):
+    with pytest.raises(SystemExit, match="No SavedModel"):
+        cli.main(["serve", str(tmp_path)])
 
 
 def test_bad_arguments_are_usage_errors(tmp_path, capsys):

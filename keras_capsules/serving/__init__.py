@@ -1,4 +1,4 @@
-"""Serving: a versioned SavedModel export with a stable contract.
+"""Serving: a versioned SavedModel export with a stable contract, and a model server.
 
 `export_saved_model` needs TensorFlow only; `serve` needs the `serve` extra
 (`pip install "keras-capsules[serve]"`), which installs KServe's model server.
@@ -9,6 +9,7 @@ from keras_capsules.serving.export import RECONSTRUCT_SIGNATURE
 from keras_capsules.serving.export import SERVING_SIGNATURE
 from keras_capsules.serving.export import export_saved_model
 from keras_capsules.serving.export import latest_version_dir
+from keras_capsules.serving.server import serve
 
 __all__ = [
     "RECONSTRUCT_CAPSULE_SIGNATURE",
@@ -16,4 +17,5 @@ __all__ = [
     "SERVING_SIGNATURE",
     "export_saved_model",
     "latest_version_dir",
+    "serve",
 ]

@@ -1,0 +1,277 @@
+"""A KServe model that answers TF Serving's REST predict protocol from a SavedModel."""
+
+import asyncio
+import base64
+import binascii
+import os
+import re
+
+import kserve
+import numpy as np
+import orjson
+import tensorflow as tf
+from kserve.errors import InvalidInput
+
+from keras_capsules.serving.export import SERVING_SIGNATURE
+from keras_capsules.serving.export import latest_version_dir
+
+_DT_NAMES = {tf.float32: "DT_FLOAT", tf.int64: "DT_INT64", tf.int32: "DT_INT32"}
+
+
+class SavedModelPredictor(kserve.Model):
+    """Serve a SavedModel written by `export_saved_model` with KServe.
+
+    Requests follow TF Serving's REST predict API, which is KServe's v1
+    protocol: `{"instances": [...]}` (row format) answered with
+    `{"predictions": [...]}`, or `{"inputs": ...}` (columnar format) answered
+    with `{"outputs": ...}`, and an optional `"signature_name"`. An image is a
+    nested list `(height, width, channels)` (or `(height, width)` for one
+    channel) of pixel values, or `{"b64": "<base64 PNG>"}`. Every request is
+    checked before it reaches the model: malformed structure, wrong shapes or
+    dtypes, NaN or infinite pixels and batches over `max_batch_size` raise
+    `kserve.errors.InvalidInput`, which the server turns into a 400 answer
+    with a message, and the server goes on serving.
+
+    Args:
+        name: the model name in the URL, `/v1/models/<name>:predict`.
+        model_dir: a SavedModel, or a versioned base directory (the highest
+            version is served).
+        max_batch_size: the most images one request may carry.
+
+    Example:
+
+    >>> predictor = SavedModelPredictor("capsnet", "models/capsnet")  # doctest: +SKIP
+    >>> predictor.load()  # doctest: +SKIP
+    """
+
+    def __init__(self, name, model_dir, max_batch_size=256):
+        super().__init__(name)
+        if not isinstance(max_batch_size, int) or max_batch_size < 1:
+            raise ValueError(
+                f"`max_batch_size` must be a positive integer. Received: {max_batch_size!r}"
+            )
+        self.model_dir = model_dir
+        self.max_batch_size = max_batch_size
+        self.version = None
+        self.image_shape = None
+        self._signatures = {}
+
+    def load(self):
+        path = latest_version_dir(self.model_dir)
+        self.version = os.path.basename(os.path.normpath(path))
+        loaded = tf.saved_model.load(path)
+        if SERVING_SIGNATURE not in loaded.signatures:
+            raise ValueError(f"The SavedModel at {path} has no {SERVING_SIGNATURE!r} signature.")
+        shape_variables = getattr(loaded, "image_shape", None)
+        if not shape_variables:
+            raise ValueError(
+                f"The SavedModel at {path} does not record its image shape; export it "
+                "with `keras-capsules export` or `keras_capsules.serving.export_saved_model`."
+            )
+        self.image_shape = tuple(int(d) for d in shape_variables[0].numpy())
+        self._loaded = loaded  # keeps the signatures' variables alive
+        self._signatures = dict(loaded.signatures)
+        self.ready = True
+        return self.ready
+
+    # Requests ---------------------------------------------------------------
+
+    def _image(self, value, where):
+        """One image as a float32 array of `image_shape`, or InvalidInput."""
+        expected = self.image_shape
+        if isinstance(value, dict):
+            if set(value) != {"b64"} or not isinstance(value["b64"], str):
+                raise InvalidInput(f'{where}: an encoded image must be {{"b64": "<base64 PNG>"}}')
+            return self._decode_png(value["b64"], where)
+        try:
+            image = np.asarray(value, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise InvalidInput(
+                f"{where}: an image must be a nested list of numbers of shape {expected}"
+            ) from None
+        if image.shape == expected[:2] and expected[2] == 1:
+            image = image[..., None]
+        if image.shape != expected:
+            raise InvalidInput(
+                f"{where}: expected an image of shape {expected}, received shape {image.shape}"
+            )
+        if not np.all(np.isfinite(image)):
+            raise InvalidInput(f"{where}: the image contains NaN or infinite pixels")
+        return image
+
+    def _decode_png(self, data, where):
+        height, width, channels = self.image_shape
+        try:
+            raw = base64.b64decode(data, validate=True)
+            image = tf.io.decode_image(raw, expand_animations=False).numpy()
+        except (binascii.Error, ValueError, tf.errors.InvalidArgumentError):
+            raise InvalidInput(f"{where}: b64 does not hold a base64-encoded PNG image") from None
+        if image.shape[:2] != (height, width):
+            raise InvalidInput(
+                f"{where}: expected a {height}x{width} image, received "
+                f"{image.shape[0]}x{image.shape[1]}"
+            )
+        if image.shape[2] != channels:
+            if channels == 1 and image.shape[2] in (3, 4):
+                image = tf.image.rgb_to_grayscale(image[..., :3]).numpy()
+            else:
+                raise InvalidInput(
+                    f"{where}: expected {channels} channel(s), the PNG has {image.shape[2]}"
+                )
+        return image.astype(np.float32)
+
+    def _signature(self, payload):
+        name = payload.get("signature_name", SERVING_SIGNATURE)
+        if name not in self._signatures:
+            raise InvalidInput(
+                f"Unknown signature_name {name!r}; this model has {sorted(self._signatures)}"
+            )
+        return name, self._signatures[name]
+
+    def _input_names(self, signature):
+        return sorted(signature.structured_input_signature[1])
+
+    def _column(self, name, values, where):
+        """Convert one named input for the whole batch."""
+        if name == "images":
+            return np.stack([self._image(v, f"{where}[{i}]") for i, v in enumerate(values)])
+        try:
+            column = np.asarray(values)
+        except ValueError:
+            raise InvalidInput(f"{where}: {name!r} must be a list of integers") from None
+        if column.ndim != 1 or not np.issubdtype(column.dtype, np.integer):
+            raise InvalidInput(f"{where}: {name!r} must be a list of integers, one per image")
+        return column.astype(np.int64)
+
+    def _batch(self, payload, names):
+        """The request's inputs as a dict of arrays, and whether it was row format."""
+        if not isinstance(payload, dict):
+            raise InvalidInput('The request must be a JSON object with "instances" or "inputs"')
+        if ("instances" in payload) == ("inputs" in payload):
+            raise InvalidInput('The request must have exactly one of "instances" and "inputs"')
+        rows = "instances" in payload
+        data = payload["instances" if rows else "inputs"]
+        if rows:
+            if not isinstance(data, list) or not data:
+                raise InvalidInput('"instances" must be a non-empty list')
+            if len(names) > 1 or all(isinstance(r, dict) and "b64" not in r for r in data):
+                if not all(isinstance(r, dict) and set(r) == set(names) for r in data):
+                    raise InvalidInput(f"Each instance must be an object with keys {names}")
+                columns = {n: [r[n] for r in data] for n in names}
+            else:
+                columns = {names[0]: data}
+        else:
+            if len(names) == 1 and not isinstance(data, dict):
+                data = {names[0]: data}
+            if not isinstance(data, dict) or set(data) != set(names):
+                raise InvalidInput(f'"inputs" must be an object with keys {names}')
+            columns = data
+        sizes = set()
+        for name, values in columns.items():
+            if not isinstance(values, list) or not values:
+                raise InvalidInput(f"{name!r} must be a non-empty list, one entry per image")
+            sizes.add(len(values))
+        if len(sizes) != 1:
+            raise InvalidInput(f"All inputs need the same batch size; received sizes {sizes}")
+        (size,) = sizes
+        if size > self.max_batch_size:
+            raise InvalidInput(
+                f"Batch of {size} images is over this server's limit of {self.max_batch_size}"
+            )
+        where = "instances" if rows else "inputs"
+        if len(names) > 1:
+            return {n: self._column(n, v, f"{where}.{n}") for n, v in columns.items()}, rows
+        return {n: self._column(n, v, where) for n, v in columns.items()}, rows
+
+    def _run(self, signature, inputs):
+        tensors = {n: tf.constant(v) for n, v in inputs.items()}
+        try:
+            outputs = signature(**tensors)
+        except tf.errors.InvalidArgumentError as error:
+            raise InvalidInput(_assert_message(error)) from None
+        return {k: v.numpy() for k, v in outputs.items()}
+
+    async def predict(self, payload, headers=None):
+        if isinstance(payload, (bytes, str)):
+            # KServe parses only bodies sent as JSON; TF Serving clients (curl -d)
+            # often send no content type, so parse those here.
+            try:
+                payload = orjson.loads(payload)
+            except orjson.JSONDecodeError as error:
+                if re.search(r"\b(NaN|Infinity)\b", str(payload)):
+                    raise InvalidInput(
+                        "The request holds NaN or Infinity, which are neither JSON nor pixels"
+                    ) from None
+                raise InvalidInput(f"The request body is not valid JSON: {error}") from None
+        name, signature = self._signature(payload if isinstance(payload, dict) else {})
+        inputs, rows = self._batch(payload, self._input_names(signature))
+        outputs = await asyncio.get_running_loop().run_in_executor(
+            None, self._run, signature, inputs
+        )
+        if rows:
+            size = len(next(iter(outputs.values())))
+            if len(outputs) == 1:
+                return {"predictions": next(iter(outputs.values())).tolist()}
+            return {
+                "predictions": [{k: v[i].tolist() for k, v in outputs.items()} for i in range(size)]
+            }
+        if len(outputs) == 1:
+            return {"outputs": next(iter(outputs.values())).tolist()}
+        return {"outputs": {k: v.tolist() for k, v in outputs.items()}}
+
+    # Status and metadata -----------------------------------------------------
+
+    def status(self):
+        """TF Serving's model status, with KServe's `name` and `ready` fields."""
+        return {
+            "name": self.name,
+            "ready": self.ready,
+            "model_version_status": [
+                {
+                    "version": str(self.version),
+                    "state": "AVAILABLE" if self.ready else "LOADING",
+                    "status": {"error_code": "OK", "error_message": ""},
+                }
+            ],
+        }
+
+    def metadata(self):
+        """TF Serving's model metadata: the signature definitions."""
+        signatures = {}
+        for name, signature in self._signatures.items():
+            signatures[name] = {
+                "inputs": {
+                    k: _tensor_info(k, spec)
+                    for k, spec in signature.structured_input_signature[1].items()
+                },
+                "outputs": {k: _tensor_info(k, v) for k, v in signature.structured_outputs.items()},
+                "method_name": "tensorflow/serving/predict",
+            }
+        return {
+            "model_spec": {"name": self.name, "signature_name": "", "version": str(self.version)},
+            "metadata": {
+                "signature_def": {"signature_def": signatures},
+                "image_shape": list(self.image_shape),
+            },
+        }
+
+
+def _tensor_info(name, spec):
+    shape = spec.shape
+    if shape.rank is None:
+        tensor_shape = {"unknown_rank": True}
+    else:
+        tensor_shape = {"dim": [{"size": str(-1 if d is None else d)} for d in shape.as_list()]}
+    dtype = _DT_NAMES.get(spec.dtype, spec.dtype.name)
+    return {"dtype": dtype, "tensor_shape": tensor_shape, "name": name}
+
+
+def _assert_message(error):
+    """The first line of a graph assertion that names the problem."""
+    for line in error.message.splitlines():
+        line = line.strip()
+        if line.startswith("assertion failed:"):
+            return line.removeprefix("assertion failed:").strip()
+        if "NaN" in line or "infinite" in line:
+            return line.split(" : ")[0]
+    return error.message.splitlines()[-1].strip()

@@ -1,0 +1,181 @@
+"""`serve`: run KServe's model server on an exported capsule network."""
+
+import sys
+
+DEFAULT_PORT = 8501
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+
+class RequestSizeLimit:
+    """ASGI middleware answering 413 to request bodies over `max_bytes`.
+
+    It checks `Content-Length` first and also counts the bytes of bodies sent
+    without one (chunked), so no request can make the server hold more.
+    """
+
+    def __init__(self, app, max_bytes):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            return await self._reject(send)
+        received = 0
+        started = False
+
+        async def counting_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge()
+            return message
+
+        async def tracking_send(message):
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._reject(send)
+
+    async def _reject(self, send):
+        body = (f'{{"error": "Request body is over the limit of {self.max_bytes} bytes"}}').encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _import_kserve():
+    # kserve.model_server parses sys.argv when imported; keep ours away from it.
+    argv, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        import kserve
+        import kserve.model_server
+        from kserve.protocol.rest.server import RESTServer
+    except ImportError as error:
+        raise ImportError(
+            "Serving needs KServe's model server: pip install 'keras-capsules[serve]'"
+        ) from error
+    finally:
+        sys.argv = argv
+    return kserve, kserve.model_server, RESTServer
+
+
+def build_server(
+    model_dir,
+    port=DEFAULT_PORT,
+    host="127.0.0.1",
+    model_name=None,
+    max_batch_size=256,
+    max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
+):
+    """Load an exported model into KServe's REST server, ready to `run()`.
+
+    Returns the `kserve.protocol.rest.server.RESTServer`; see `serve`.
+    """
+    import os
+
+    from fastapi.responses import ORJSONResponse
+
+    kserve, model_server, RESTServer = _import_kserve()
+    from keras_capsules.serving.saved_model_predictor import SavedModelPredictor
+
+    if not isinstance(port, int) or not 0 <= port < 65536:
+        raise ValueError(f"`port` must be an integer in [0, 65535]. Received: port={port!r}")
+    if not isinstance(max_request_bytes, int) or max_request_bytes < 1:
+        raise ValueError(
+            f"`max_request_bytes` must be a positive integer. Received: {max_request_bytes!r}"
+        )
+    name = model_name or os.path.basename(os.path.normpath(model_dir))
+    predictor = SavedModelPredictor(name, model_dir, max_batch_size=max_batch_size)
+    predictor.load()
+
+    server = kserve.ModelServer(http_port=port, enable_grpc=False, workers=1)
+    server.register_model(predictor)
+    app = model_server.app
+
+    async def status():
+        return ORJSONResponse(predictor.status())
+
+    async def metadata():
+        return ORJSONResponse(predictor.metadata())
+
+    # Added before KServe's own routes, so TF Serving clients get its answers
+    # (which keep KServe's `name` and `ready` fields).
+    app.add_api_route(f"/v1/models/{name}", status, methods=["GET"])
+    app.add_api_route(f"/v1/models/{name}/metadata", metadata, methods=["GET"])
+    app.add_middleware(RequestSizeLimit, max_bytes=max_request_bytes)
+
+    rest = RESTServer(
+        "kserve.model_server:app",
+        server.dataplane,
+        server.model_repository_extension,
+        port,
+        workers=1,
+    )
+    rest.config.host = host  # KServe binds every interface; we bind what we are told
+    rest.predictor = predictor
+    return rest
+
+
+def serve(
+    model_dir,
+    port=DEFAULT_PORT,
+    host="127.0.0.1",
+    model_name=None,
+    max_batch_size=256,
+    max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
+):
+    """Serve an exported model over HTTP with TF Serving's REST API, until stopped.
+
+    The model server is KServe's (`pip install "keras-capsules[serve]"`).
+    Endpoints, with `<name>` the model name:
+
+    - `POST /v1/models/<name>:predict`: `{"instances": [...]}` or
+      `{"inputs": ...}`, optional `"signature_name"`;
+    - `GET /v1/models/<name>`: model status; `GET /v1/models/<name>/metadata`:
+      the signatures; `GET /v2/health/ready` and KServe's other endpoints.
+
+    Args:
+        model_dir: directory written by `export_saved_model` (its highest
+            version is served) or a SavedModel.
+        port: TCP port (8501, TF Serving's REST port).
+        host: interface to bind; `127.0.0.1` keeps the server local, and
+            `0.0.0.0` exposes it to the network.
+        model_name: the `<name>` in the URLs; the folder name by default.
+        max_batch_size: the most images one request may carry (256).
+        max_request_bytes: larger request bodies get a 413 answer (16 MiB).
+
+    Example:
+
+    >>> from keras_capsules.serving import serve
+    >>> serve("models/capsnet", port=8501)  # doctest: +SKIP
+    """
+    rest = build_server(model_dir, port, host, model_name, max_batch_size, max_request_bytes)
+    print(
+        f"Serving {rest.predictor.name!r} (version {rest.predictor.version}) at "
+        f"http://{host}:{rest.config.port}/v1/models/{rest.predictor.name}:predict",
+        flush=True,
+    )
+    rest.run()

@@ -1,0 +1,270 @@
+"""The real server (`keras-capsules serve`) on a loopback port, exercised over HTTP."""
+
+import base64
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import keras
+import numpy as np
+import pytest
+
+import applications
+from keras_capsules import cli
+from tests.conftest import BACKEND
+
+pytestmark = pytest.mark.skipif(
+    BACKEND != "tensorflow", reason="serving runs the SavedModel, the TensorFlow part"
+)
+pytest.importorskip("kserve")
+
+MAX_BATCH = 32
+MAX_BYTES = 1_000_000
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Client:
+    def __init__(self, port, name):
+        self.port = port
+        self.name = name
+
+    def request(self, method, path, body=None, headers=None):
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body).encode()
+            connection.request(method, path, body=body, headers=headers or {})
+            response = connection.getresponse()
+            data = response.read()
+        finally:
+            connection.close()
+        try:
+            return response.status, json.loads(data)
+        except ValueError:
+            return response.status, data.decode(errors="replace")
+
+    def predict(self, body, headers=None):
+        return self.request("POST", f"/v1/models/{self.name}:predict", body, headers)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, mnist_data):
+    """A CapsNetMNIST trained briefly on real MNIST, exported and served by the CLI."""
+    (x_train, y_train), (x_test, y_test) = mnist_data
+    keras.utils.set_random_seed(11)
+    model = applications.CapsNetMNIST(
+        conv_filters=32, primary_capsules=8, capsule_dim=8, decoder_units=(64,)
+    )
+    model.fit(x_train[:2000], y_train[:2000], batch_size=50, epochs=1, verbose=0)
+    root = tmp_path_factory.mktemp("serve")
+    model.save(str(root / "model.keras"))
+    assert cli.main(["export", str(root / "model.keras"), str(root / "capsnet")]) == 0
+    port = free_port()
+    log = open(root / "server.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "keras_capsules.cli", "serve", str(root / "capsnet")]
+        + ["--port", str(port), "--max-batch-size", str(MAX_BATCH)]
+        + ["--max-request-bytes", str(MAX_BYTES)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    client = Client(port, "capsnet")
+    deadline = time.time() + 180
+    while True:
+        try:
+            if client.request("GET", "/v1/models/capsnet")[0] == 200:
+                break
+        except OSError:
+            pass
+        if process.poll() is not None or time.time() > deadline:
+            log.close()
+            raise RuntimeError("server did not start:\n" + (root / "server.log").read_text())
+        time.sleep(0.5)
+    x = x_test[:64, :, :, None].astype("float32")
+    yield client, model, x, y_test[:64]
+    process.terminate()
+    process.wait(timeout=30)
+    log.close()
+
+
+def test_predictions_for_real_mnist_match_the_keras_model(served):
+    client, model, x, y = served
+    status, body = client.predict({"instances": x[:20].tolist()})
+    assert status == 200, body
+    predictions = body["predictions"]
+    assert len(predictions) == 20 and set(predictions[0]) == {"probabilities", "classes", "poses"}
+    expected = model.predict(x[:20], outputs="all", verbose=0)
+    probabilities = np.array([p["probabilities"] for p in predictions])
+    np.testing.assert_allclose(probabilities, expected["probabilities"], atol=1e-5)
+    np.testing.assert_allclose(
+        np.array([p["poses"] for p in predictions]), expected["poses"], atol=1e-5
+    )
+    classes = np.array([p["classes"] for p in predictions])
+    np.testing.assert_array_equal(classes, expected["probabilities"].argmax(-1))
+    assert (classes == y[:20]).mean() >= 0.6  # trained briefly, but it does read digits
+
+
+def test_columnar_inputs_and_two_dimensional_images(served):
+    client, model, x, _ = served
+    status, body = client.predict({"inputs": x[:3, :, :, 0].tolist()})  # (28, 28) images
+    assert status == 200, body
+    np.testing.assert_allclose(
+        body["outputs"]["probabilities"], model.predict(x[:3], verbose=0), atol=1e-5
+    )
+
+
+def test_png_images_in_base64(served):
+    import tensorflow as tf
+
+    client, model, x, _ = served
+    pngs = [
+        {"b64": base64.b64encode(tf.io.encode_png(image.astype("uint8")).numpy()).decode()}
+        for image in x[:4]
+    ]
+    status, body = client.predict({"instances": pngs})
+    assert status == 200, body
+    probabilities = np.array([p["probabilities"] for p in body["predictions"]])
+    np.testing.assert_allclose(probabilities, model.predict(x[:4], verbose=0), atol=1e-5)
+
+
+def test_reconstruction_signature(served):
+    client, model, x, _ = served
+    request = {
+        "signature_name": "reconstruct_capsule",
+        "instances": [{"images": x[i].tolist(), "capsules": c} for i, c in enumerate([7, 2])],
+    }
+    status, body = client.predict(request)
+    assert status == 200, body
+    np.testing.assert_allclose(
+        np.array(body["predictions"]),
+        model.reconstruct(x[:2], labels=np.array([7, 2])),
+        atol=1e-5,
+    )
+
+
+def test_status_and_metadata(served):
+    client, _, _, _ = served
+    status, body = client.request("GET", "/v1/models/capsnet")
+    assert status == 200
+    assert body["model_version_status"][0]["state"] == "AVAILABLE"
+    assert body["model_version_status"][0]["version"] == "1"
+    status, body = client.request("GET", "/v1/models/capsnet/metadata")
+    assert status == 200
+    signatures = body["metadata"]["signature_def"]["signature_def"]
+    assert set(signatures) == {"serving_default", "reconstruct", "reconstruct_capsule"}
+    outputs = signatures["serving_default"]["outputs"]
+    assert outputs["probabilities"]["tensor_shape"]["dim"][1]["size"] == "10"
+    assert body["metadata"]["image_shape"] == [28, 28, 1]
+
+
+BAD_REQUESTS = {
+    "malformed JSON": (b'{"instances": [[1, 2', r"not valid JSON"),
+    "not an object": (b"[1, 2, 3]", r'"instances" or "inputs"'),
+    "both formats": ({"instances": [1], "inputs": [1]}, r"exactly one of"),
+    "empty batch": ({"instances": []}, r"non-empty"),
+    "wrong image size": ({"instances": np.zeros((2, 32, 32, 1)).tolist()}, r"\(28, 28, 1\)"),
+    "wrong rank": ({"instances": np.zeros((2, 28)).tolist()}, r"\(28, 28, 1\)"),
+    "ragged images": ({"instances": [[[0] * 28] * 28, [[0] * 27] * 28]}, r"shape"),
+    "strings for pixels": ({"instances": [[["a"] * 28] * 28]}, r"nested list of numbers"),
+    "NaN pixels": (b'{"instances": [[[NaN]]]}', r"NaN"),
+    "infinite pixels": (
+        ('{"instances": [' + json.dumps([[0] * 28] * 28).replace("0", "1e999") + "]}").encode(),
+        r"NaN or infinite|not valid JSON",
+    ),
+    "oversized batch": ({"instances": np.zeros((MAX_BATCH + 1, 28, 28)).tolist()}, r"limit"),
+    "unknown signature": ({"signature_name": "nope", "instances": [1]}, r"Unknown signature"),
+    "bad base64": ({"instances": [{"b64": "not base64!"}]}, r"base64-encoded PNG"),
+    "capsule out of range": (
+        {
+            "signature_name": "reconstruct_capsule",
+            "instances": [{"images": np.zeros((28, 28)).tolist(), "capsules": 10}],
+        },
+        r"class indices in \[0, 10\)",
+    ),
+}
+
+
+PARSE_ERRORS = {"malformed JSON", "NaN pixels", "infinite pixels"}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REQUESTS))
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+def test_bad_requests_get_a_400_and_the_server_keeps_serving(served, case, content_type):
+    """Also as curl sends them by default (form content type), as TF Serving allows."""
+    client, _, x, _ = served
+    body, message = BAD_REQUESTS[case]
+    status, answer = client.predict(body, {"Content-Type": content_type})
+    assert status == 400, (status, answer)
+    assert isinstance(answer, dict) and answer["error"], answer
+    if content_type == "application/json" and case in PARSE_ERRORS:
+        message = "Unrecognized request format"  # KServe parses JSON bodies itself
+    assert re.search(message, answer["error"]), answer["error"]
+    assert client.predict({"instances": x[:1].tolist()})[0] == 200
+
+
+def test_oversized_bodies_get_a_413(served):
+    client, _, x, _ = served
+    status, answer = client.predict(b" " * (MAX_BYTES + 1))
+    assert status == 413 and "limit" in answer["error"]
+    assert client.predict({"instances": x[:1].tolist()})[0] == 200
+
+
+def test_binds_loopback_only(served):
+    client, _, _, _ = served
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.254.254.254", 1))  # no packet is sent
+            address = probe.getsockname()[0]
+        except OSError:
+            address = None
+    if address is None or address.startswith("127."):
+        pytest.skip("this machine has no non-loopback address to try")
+    with pytest.raises(OSError):
+        socket.create_connection((address, client.port), timeout=5).close()
+
+
+def test_load_eight_clients(served, record_property):
+    """8 concurrent clients for 30 s: no 5xx, every answer right; latencies recorded."""
+    client, model, x, _ = served
+    expected = model.predict(x[:8], verbose=0).argmax(-1)
+    bodies = [json.dumps({"instances": x[i : i + 1].tolist()}).encode() for i in range(8)]
+    latencies, failures = [], []
+    stop = time.time() + 30
+
+    def run(i):
+        while time.time() < stop:
+            start = time.perf_counter()
+            status, answer = client.predict(bodies[i])
+            latencies.append(time.perf_counter() - start)
+            if status != 200 or answer["predictions"][0]["classes"] != expected[i]:
+                failures.append((status, str(answer)[:200]))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    p50, p90, p99 = np.percentile(np.array(latencies) * 1000, [50, 90, 99])
+    summary = {
+        "requests": len(latencies),
+        "requests_per_s": len(latencies) / 30,
+        "p50_ms": p50,
+        "p90_ms": p90,
+        "p99_ms": p99,
+    }
+    record_property("load_test", json.dumps(summary))
+    print("load test:", json.dumps(summary))
+    assert not failures, failures[:5]
+    assert len(latencies) >= 30, summary
