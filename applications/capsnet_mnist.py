@@ -4,6 +4,8 @@ from keras import ops
 
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_int
+from keras_capsules.distribute import scale_loss
+from keras_capsules.distribute import unscale_loss
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.layers import Length
 from keras_capsules.layers import Mask
@@ -56,6 +58,8 @@ class CapsNetMNIST(keras.Model):
             code).
         decay_rate: see `decay_steps` (0.96, as the official code).
         compile: compile with the defaults above and an accuracy metric.
+        dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
+            the global policy. Routing, lengths and losses run in float32.
         **kwargs: `keras.Model` arguments such as `name`.
 
     Example:
@@ -91,10 +95,12 @@ class CapsNetMNIST(keras.Model):
         decay_steps=2000,
         decay_rate=0.96,
         compile=True,
+        dtype=None,
         name="capsnet_mnist",
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
+        policy = keras.dtype_policies.get(dtype or keras.mixed_precision.dtype_policy())
         for arg in (
             "num_classes",
             "conv_filters",
@@ -111,13 +117,14 @@ class CapsNetMNIST(keras.Model):
             )
 
         images = keras.Input(shape=input_shape, name="images")
-        x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling")(images)
+        x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling", dtype=policy)(images)
         x = keras.layers.Conv2D(
             conv_filters,
             conv_kernel_size,
             activation="relu",
             kernel_initializer="he_normal",
             name="conv1",
+            dtype=policy,
         )(x)
         primary = PrimaryCapsule(
             primary_capsules,
@@ -125,6 +132,7 @@ class CapsNetMNIST(keras.Model):
             primary_kernel_size,
             strides=primary_strides,
             name="primary_caps",
+            dtype=policy,
         )(x)
         poses = CapsuleLayer(
             num_classes,
@@ -132,6 +140,7 @@ class CapsNetMNIST(keras.Model):
             routings=routings,
             stop_gradient=stop_gradient,
             name="digit_caps",
+            dtype=policy,
         )(primary)
         probabilities = Length(name="probabilities", dtype="float32")(poses)
         super().__init__(
@@ -158,6 +167,7 @@ class CapsNetMNIST(keras.Model):
             "learning_rate": learning_rate,
             "decay_steps": decay_steps,
             "decay_rate": decay_rate,
+            "dtype": policy.name,
         }
         self.image_shape = input_shape
         self.num_classes = num_classes
@@ -165,7 +175,7 @@ class CapsNetMNIST(keras.Model):
         self.decoder = None
         if decoder_units is not None:
             self.decoder = ReconstructionDecoder(
-                input_shape, hidden_units=decoder_units, name="decoder", dtype=self.dtype_policy
+                input_shape, hidden_units=decoder_units, name="decoder", dtype=policy
             )
             self.decoder.build((None, num_classes, capsule_dim))
         self.margin_loss = MarginLoss()
@@ -193,18 +203,20 @@ class CapsNetMNIST(keras.Model):
         probabilities = y_pred["probabilities"]
         if y is None:
             raise ValueError("CapsNetMNIST needs labels `y` to compute its loss.")
+        # Keras losses are scaled for summing across tf.distribute replicas;
+        # the trackers report the global batch's values.
         margin = self.margin_loss(y, probabilities, sample_weight=sample_weight)
-        self.margin_loss_tracker.update_state(margin)
+        self.margin_loss_tracker.update_state(unscale_loss(margin))
         total = margin
         if self.decoder is not None:
             reconstructions = self.decoder(self.mask(y_pred["poses"], labels=y))
             reconstruction = self.reconstruction_loss(
                 self._images(x), ops.cast(reconstructions, "float32"), sample_weight=sample_weight
             )
-            self.reconstruction_loss_tracker.update_state(reconstruction)
+            self.reconstruction_loss_tracker.update_state(unscale_loss(reconstruction))
             total = total + reconstruction
         for loss in self.losses:
-            total = total + ops.cast(loss, total.dtype)
+            total = total + scale_loss(ops.cast(loss, total.dtype))
         return total
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):

@@ -4,6 +4,8 @@ from keras import ops
 from keras_capsules import routing
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_int
+from keras_capsules.distribute import scale_loss
+from keras_capsules.distribute import unscale_loss
 from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.layers import MatrixCapsule
 from keras_capsules.layers import PrimaryMatrixCapsule
@@ -57,6 +59,8 @@ class MatrixCapsNetNORB(keras.Model):
         learning_rate: initial Adam learning rate of the default compile (3e-3).
         decay_steps, decay_rate: exponential decay of the learning rate.
         compile: compile with the defaults above and an accuracy metric.
+        dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
+            the global policy. EM routing and the loss run in float32.
         **kwargs: `keras.Model` arguments such as `name`.
 
     Example:
@@ -88,10 +92,12 @@ class MatrixCapsNetNORB(keras.Model):
         decay_steps=2000,
         decay_rate=0.96,
         compile=True,
+        dtype=None,
         name="matrix_capsnet_norb",
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
+        policy = keras.dtype_policies.get(dtype or keras.mixed_precision.dtype_policy())
         for arg in ("A", "B", "C", "D", "iterations", "num_classes"):
             check_positive_int(arg, locals()[arg])
         if weight_decay < 0:
@@ -106,7 +112,7 @@ class MatrixCapsNetNORB(keras.Model):
         inputs = keras.Input(shape=input_shape, name="images")
         x = inputs
         if rescale is not None:
-            x = keras.layers.Rescaling(rescale, name="rescaling")(x)
+            x = keras.layers.Rescaling(rescale, name="rescaling", dtype=policy)(x)
         x = keras.layers.Conv2D(
             A,
             5,
@@ -115,21 +121,39 @@ class MatrixCapsNetNORB(keras.Model):
             kernel_initializer="he_normal",
             kernel_regularizer=regularizer,
             name="conv1",
+            dtype=policy,
         )(x)
         capsules = PrimaryMatrixCapsule(
-            B, kernel_initializer="he_normal", kernel_regularizer=regularizer, name="primary_caps"
+            B,
+            kernel_initializer="he_normal",
+            kernel_regularizer=regularizer,
+            name="primary_caps",
+            dtype=policy,
         )(x)
         capsules = MatrixCapsule(
-            C, 3, strides=2, kernel_regularizer=regularizer, name="conv_caps1", **routed
+            C,
+            3,
+            strides=2,
+            kernel_regularizer=regularizer,
+            name="conv_caps1",
+            dtype=policy,
+            **routed,
         )(capsules)
         capsules = MatrixCapsule(
-            D, 3, strides=1, kernel_regularizer=regularizer, name="conv_caps2", **routed
+            D,
+            3,
+            strides=1,
+            kernel_regularizer=regularizer,
+            name="conv_caps2",
+            dtype=policy,
+            **routed,
         )(capsules)
         poses, activations = ClassMatrixCapsule(
             num_classes,
             coordinate_addition=coordinate_addition,
             kernel_regularizer=regularizer,
             name="class_caps",
+            dtype=policy,
             **routed,
         )(capsules)
         activations = keras.layers.Activation("linear", dtype="float32", name="activations")(
@@ -157,6 +181,7 @@ class MatrixCapsNetNORB(keras.Model):
             "learning_rate": learning_rate,
             "decay_steps": decay_steps,
             "decay_rate": decay_rate,
+            "dtype": policy.name,
         }
         self.num_classes = num_classes
         self.spread_margin = keras.Variable(
@@ -177,10 +202,12 @@ class MatrixCapsNetNORB(keras.Model):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if y is None:
             raise ValueError(f"{type(self).__name__} needs labels `y` to compute its loss.")
+        # Keras losses are scaled for summing across tf.distribute replicas;
+        # the tracker reports the global batch's value.
         loss = self.spread_loss(y, y_pred["activations"], sample_weight=sample_weight)
-        self.spread_loss_tracker.update_state(loss)
+        self.spread_loss_tracker.update_state(unscale_loss(loss))
         for penalty in self.losses:
-            loss = loss + ops.cast(penalty, loss.dtype)
+            loss = loss + scale_loss(ops.cast(penalty, loss.dtype))
         return loss
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):

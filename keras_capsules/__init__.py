@@ -2,6 +2,7 @@
 
 from keras_capsules import callbacks
 from keras_capsules import datasets
+from keras_capsules import distribute
 from keras_capsules import layers
 from keras_capsules import losses
 from keras_capsules import ops
@@ -9,4 +10,13 @@ from keras_capsules import routing
 
 __version__ = "0.1.0"
 
-__all__ = ["callbacks", "datasets", "layers", "losses", "ops", "routing", "__version__"]
+__all__ = [
+    "callbacks",
+    "datasets",
+    "distribute",
+    "layers",
+    "losses",
+    "ops",
+    "routing",
+    "__version__",
+]

@@ -1,0 +1,112 @@
+"""Data-parallel training with the engine each Keras backend already has.
+
+On TensorFlow, `tf.distribute.MirroredStrategy` (one machine, several devices)
+or `MultiWorkerMirroredStrategy` (several machines, configured by `TF_CONFIG`);
+on JAX, the Keras distribution API (`keras.distribution.DataParallel`). Build,
+compile and `fit` the model inside `data_parallel()`:
+
+```python
+from keras_capsules.distribute import data_parallel
+
+with data_parallel():
+    model = applications.CapsNetMNIST()
+    model.fit(dataset, epochs=10)  # each global batch is split across the devices
+```
+
+The applications' losses are means over the global batch whatever the number
+of replicas, so a distributed step computes the same loss and the same update
+as a single-device step on the same global batch.
+"""
+
+import contextlib
+import os
+
+import keras
+
+
+def replicas_in_sync():
+    """Replicas a loss is summed over: `tf.distribute`'s count, else 1.
+
+    Only TensorFlow's strategies sum per-replica losses; JAX's data
+    parallelism computes one loss over the global batch.
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.distribute.get_strategy().num_replicas_in_sync
+    return 1
+
+
+def scale_loss(value):
+    """Scale a loss computed on one replica's batch for summing across replicas.
+
+    Use it for loss terms that are not reduced by a `keras.losses.Loss` (which
+    scales itself), such as regularization penalties, inside `compute_loss`.
+    """
+    replicas = replicas_in_sync()
+    return value if replicas == 1 else value * (1.0 / replicas)
+
+
+def unscale_loss(value):
+    """Undo `scale_loss`: the loss of the global batch, for metrics."""
+    replicas = replicas_in_sync()
+    return value if replicas == 1 else value * float(replicas)
+
+
+@contextlib.contextmanager
+def data_parallel(devices=None, multi_worker=None):
+    """Context in which models are built and trained data-parallel.
+
+    Args:
+        devices: device names to replicate over (TensorFlow, e.g.
+            `["/cpu:0", "/cpu:1"]`) or JAX devices; `None` uses every device
+            the backend sees (all GPUs; the CPU once, unless split into
+            logical devices).
+        multi_worker: TensorFlow only: use `MultiWorkerMirroredStrategy`,
+            configured by the `TF_CONFIG` environment variable; by default it
+            is used when `TF_CONFIG` is set.
+
+    Yields:
+        The `tf.distribute.Strategy` or `keras.distribution.DataParallel`.
+
+    Raises:
+        ValueError: on a backend without a data-parallel engine (PyTorch:
+            use `torchrun` with your own DistributedDataParallel loop).
+
+    Example:
+
+    >>> from keras_capsules.distribute import data_parallel
+    >>> with data_parallel() as strategy:  # doctest: +SKIP
+    ...     model = applications.CapsNetMNIST()
+    ...     model.fit(x, y, batch_size=100)
+    """
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        if multi_worker is None:
+            multi_worker = "TF_CONFIG" in os.environ
+        if multi_worker:
+            if devices is not None:
+                raise ValueError(
+                    "`devices` cannot be combined with `multi_worker`: "
+                    "MultiWorkerMirroredStrategy uses every local device of each worker."
+                )
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        else:
+            strategy = tf.distribute.MirroredStrategy(devices)
+        with strategy.scope():
+            yield strategy
+    elif backend == "jax":
+        if multi_worker:
+            raise ValueError(
+                "`multi_worker` is a TensorFlow option; on JAX, start every process with "
+                "`keras.distribution.initialize()` and use `data_parallel()` in each."
+            )
+        distribution = keras.distribution.DataParallel(devices=devices)
+        with distribution.scope():
+            yield distribution
+    else:
+        raise ValueError(
+            f"Data-parallel training needs the TensorFlow or JAX backend (current: {backend!r})."
+        )
