@@ -149,6 +149,8 @@ class CapsNetMNIST(keras.Model):
             name=name,
             **kwargs,
         )
+        # The model's own policy decides loss scaling in compile (mixed_float16).
+        self.dtype_policy = policy
 
         self._config = {
             "input_shape": input_shape,

@@ -165,6 +165,8 @@ class MatrixCapsNetNORB(keras.Model):
             name=name,
             **kwargs,
         )
+        # The model's own policy decides loss scaling in compile (mixed_float16).
+        self.dtype_policy = policy
         self._config = {
             "A": A,
             "B": B,

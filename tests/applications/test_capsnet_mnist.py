@@ -156,3 +156,15 @@ def test_learns_real_mnist(mnist_data):
     model.fit(x_train[:3000], y_train[:3000], batch_size=50, epochs=1, verbose=0)
     accuracy = model.evaluate(x_test[:1000], y_test[:1000], verbose=0, return_dict=True)["accuracy"]
     assert accuracy >= 0.75, accuracy
+
+
+def test_dtype_policy_argument_is_used_and_saved(tmp_path):
+    model = applications.CapsNetMNIST(dtype="mixed_float16", **SMALL)
+    assert keras.mixed_precision.dtype_policy().name == "float32"  # global policy untouched
+    assert model.get_layer("digit_caps").dtype_policy.name == "mixed_float16"
+    assert model.decoder.dtype_policy.name == "mixed_float16"
+    assert model.get_layer("probabilities").dtype_policy.name == "float32"
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    model.save(str(tmp_path / "m.keras"))
+    loaded = keras.saving.load_model(str(tmp_path / "m.keras"))
+    assert loaded.get_layer("conv1").dtype_policy.name == "mixed_float16"
