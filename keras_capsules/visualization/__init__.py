@@ -1,0 +1,30 @@
+"""Figures of the dynamic routing paper (Sabour et al. 2017), drawn with matplotlib.
+
+Every function returns a `matplotlib.figure.Figure` drawn on the Agg canvas
+(no pyplot, no window, nothing shown) and, given `path=`, writes it as a PNG.
+Uses matplotlib, a dependency of the package.
+
+- `reconstruction_grid`: inputs above their reconstructions.
+- `perturbation_grid`: one capsule dimension tweaked per row (figure 4).
+- `multimnist_reconstructions`: both MultiMNIST digits, each decoded from its
+  own capsule, in red and green (figure 5).
+- `routing_heatmap`: coupling coefficients over the primary capsule grid.
+"""
+
+from keras_capsules.visualization.multimnist import multimnist_reconstructions
+from keras_capsules.visualization.perturbation import PAPER_STEPS
+from keras_capsules.visualization.perturbation import perturbation_grid
+from keras_capsules.visualization.perturbation import perturbations
+from keras_capsules.visualization.reconstruction import reconstruction_grid
+from keras_capsules.visualization.routing import couplings
+from keras_capsules.visualization.routing import routing_heatmap
+
+__all__ = [
+    "PAPER_STEPS",
+    "couplings",
+    "multimnist_reconstructions",
+    "perturbation_grid",
+    "perturbations",
+    "reconstruction_grid",
+    "routing_heatmap",
+]
