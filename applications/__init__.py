@@ -1,6 +1,15 @@
 """Prebuilt capsule networks, ready to train with `model.fit`."""
 
+from applications.baseline_cnn import BaselineCNN
 from applications.capsnet_mnist import CapsNetMNIST
+from applications.capsnet_multimnist import CapsNetMultiMNIST
+from applications.capsnet_multimnist import MultiMNISTAccuracy
 from applications.matrix_capsnet_norb import MatrixCapsNetNORB
 
-__all__ = ["CapsNetMNIST", "MatrixCapsNetNORB"]
+__all__ = [
+    "BaselineCNN",
+    "CapsNetMNIST",
+    "CapsNetMultiMNIST",
+    "MatrixCapsNetNORB",
+    "MultiMNISTAccuracy",
+]

@@ -191,10 +191,14 @@ class CapsNetMNIST(keras.Model):
                         learning_rate, decay_steps=decay_steps, decay_rate=decay_rate
                     )
                 ),
-                metrics=["accuracy"],
+                metrics=self._default_metrics(),
             )
 
     # Training ---------------------------------------------------------------
+
+    def _default_metrics(self):
+        """Metrics of the default compile; subclasses with other targets override it."""
+        return ["accuracy"]
 
     def _images(self, x):
         """The reconstruction target: the input images scaled to [0, 1]."""
@@ -202,19 +206,31 @@ class CapsNetMNIST(keras.Model):
         return ops.reshape(x, (ops.shape(x)[0],) + self.image_shape)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        probabilities = y_pred["probabilities"]
         if y is None:
             raise ValueError("CapsNetMNIST needs labels `y` to compute its loss.")
+        pairs = [(y, self._images(x))] if self.decoder is not None else []
+        return self._capsule_loss(y, pairs, y_pred, sample_weight)
+
+    def _capsule_loss(self, targets, reconstructions, y_pred, sample_weight):
+        """Margin loss of `targets` plus, with a decoder, one reconstruction term per pair.
+
+        `reconstructions` holds `(labels, images)` pairs: the decoder's output
+        from the capsules `labels` alone is compared with `images` (in [0, 1]),
+        and the terms are summed.
+        """
         # Keras losses are scaled for summing across tf.distribute replicas;
         # the trackers report the global batch's values.
-        margin = self.margin_loss(y, probabilities, sample_weight=sample_weight)
+        margin = self.margin_loss(targets, y_pred["probabilities"], sample_weight=sample_weight)
         self.margin_loss_tracker.update_state(unscale_loss(margin))
         total = margin
         if self.decoder is not None:
-            reconstructions = self.decoder(self.mask(y_pred["poses"], labels=y))
-            reconstruction = self.reconstruction_loss(
-                self._images(x), ops.cast(reconstructions, "float32"), sample_weight=sample_weight
-            )
+            reconstruction = None
+            for labels, images in reconstructions:
+                decoded = self.decoder(self.mask(y_pred["poses"], labels=labels))
+                term = self.reconstruction_loss(
+                    images, ops.cast(decoded, "float32"), sample_weight=sample_weight
+                )
+                reconstruction = term if reconstruction is None else reconstruction + term
             self.reconstruction_loss_tracker.update_state(unscale_loss(reconstruction))
             total = total + reconstruction
         for loss in self.losses:

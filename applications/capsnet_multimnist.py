@@ -1,0 +1,250 @@
+import keras
+import numpy as np
+from keras import ops
+
+from applications.capsnet_mnist import CapsNetMNIST
+
+
+def _is_integer(x):
+    return "int" in keras.backend.standardize_dtype(x.dtype)
+
+
+def _top_two(probabilities):
+    """The two largest scores' classes, largest first: int32 `(n, 2)` (NumPy)."""
+    return np.argsort(-probabilities, axis=-1, kind="stable")[:, :2].astype("int32")
+
+
+def _pairs_to_multi_hot(pairs, num_classes, dtype="float32"):
+    """`(batch, 2)` class indices -> `(batch, num_classes)` multi-hot."""
+    one_hot = ops.one_hot(ops.cast(pairs, "int32"), num_classes, dtype=dtype)
+    return ops.minimum(ops.sum(one_hot, axis=1), 1.0)
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+def multimnist_accuracy(y_true, y_pred):
+    """Per-example MultiMNIST hit: 1 where the two largest `y_pred` are exactly the two labels.
+
+    Args:
+        y_true: the two classes of each example, integer `(batch, 2)`, or
+            multi-hot `(batch, num_classes)` (floating point).
+        y_pred: class scores `(batch, num_classes)`, e.g. capsule lengths.
+
+    Returns:
+        float32 `(batch,)`: 1.0 for a correct example, else 0.0.
+    """
+    y_pred = ops.convert_to_tensor(y_pred)
+    y_true = ops.convert_to_tensor(y_true)
+    num_classes = y_pred.shape[-1]
+    if _is_integer(y_true) and y_true.shape[-1] == 2 and num_classes != 2:
+        y_true = _pairs_to_multi_hot(y_true, num_classes)
+    _, top_two = ops.top_k(y_pred, k=2)
+    predicted = _pairs_to_multi_hot(top_two, num_classes)
+    hits = ops.all(ops.equal(predicted > 0.5, ops.cast(y_true, "float32") > 0.5), axis=-1)
+    return ops.cast(hits, "float32")
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class MultiMNISTAccuracy(keras.metrics.MeanMetricWrapper):
+    """MultiMNIST accuracy (Sabour et al. 2017, section 6).
+
+    An example counts as correct when its two longest class capsules (the two
+    largest scores) are exactly its two labels, in either order.
+
+    Args:
+        name: name of the metric (`"multimnist_accuracy"`).
+        dtype: dtype of the metric's result.
+
+    Example:
+
+    >>> import numpy as np
+    >>> metric = MultiMNISTAccuracy()
+    >>> scores = np.array([[0.9, 0.8, 0.1], [0.9, 0.1, 0.8]])
+    >>> metric.update_state(np.array([[0, 1], [0, 1]]), scores)
+    >>> float(metric.result())
+    0.5
+
+    Reference:
+        Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017,
+        section 6.
+    """
+
+    def __init__(self, name="multimnist_accuracy", dtype=None):
+        super().__init__(fn=multimnist_accuracy, name=name, dtype=dtype)
+
+    def get_config(self):
+        return {"name": self.name, "dtype": self.dtype}
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class CapsNetMultiMNIST(CapsNetMNIST):
+    """The CapsNet of Sabour et al. 2017 trained on MultiMNIST (two overlapping digits).
+
+    The architecture of `CapsNetMNIST` (every argument is the same) on 36x36
+    inputs, as the paper: Conv1 gives 28x28x256, PrimaryCaps 10x10x32 = 3,200
+    capsules of 8D, DigitCaps 10 x 16D, and the decoder ends in 36 x 36 =
+    1,296 sigmoid units. With the defaults it has 11,361,808 parameters (the
+    paper's "11.36M").
+
+    **Training targets.** Each example has two labels and each digit is
+    reconstructed on its own: the loss is the margin loss with the multi-hot
+    target of both classes, plus, for each of the two digits, the scaled
+    reconstruction loss between the decoder's output from *that digit's*
+    capsule alone (every other capsule masked) and that digit's own shifted
+    image; the two reconstruction terms are summed, as in the paper. `fit`
+    takes the targets in either of two forms:
+
+    - one dict holding everything, as `multimnist.training_pipeline(...,
+      as_dict=True)` and `multimnist.test_set(...)` give it:
+      `{"images", "labels", "digits"}` (other keys such as `"multi_hot"` are
+      ignored): `model.fit(pipeline)`, `model.evaluate(test_set)`;
+    - `x` the images and `y` a dict `{"labels", "digits"}`.
+
+    `"images"`: `(batch, 36, 36[, 1])` in [0, 255]; `"labels"`: integer
+    `(batch, 2)` classes of the two digits; `"digits"`: `(batch, 2, 36, 36[,
+    1])` in [0, 255], digit `d` alone, shifted as in the overlay. A model
+    built with `decoder_units=None` trains on the margin loss alone and also
+    takes `y` as plain `(batch, 2)` labels or a float multi-hot
+    `(batch, num_classes)`.
+
+    **Metrics.** `multimnist_accuracy` (see `MultiMNISTAccuracy`): an example
+    is correct when the two longest capsules are exactly its two labels.
+    `margin_loss` and `reconstruction_loss` (the sum of both digits' terms)
+    are reported too.
+
+    **Inference.** `predict` is `CapsNetMNIST.predict` (capsule lengths,
+    poses, or both); `predict_digits(x)` gives the two longest capsules;
+    `reconstruct_pair(x)` decodes each of two capsules on its own.
+
+    Args:
+        input_shape: shape of one image, `(36, 36, 1)`.
+        name: name of the model.
+        **kwargs: every other argument of `CapsNetMNIST` (`conv_filters`,
+            `primary_capsules`, `routings`, `decoder_units`,
+            `reconstruction_weight`, `learning_rate`, `compile`, `dtype`,
+            ...), with the same defaults.
+
+    Example:
+
+    >>> import applications
+    >>> from keras_capsules.datasets import mnist, multimnist
+    >>> (x_train, y_train), (x_test, y_test) = mnist.load_data()
+    >>> train = multimnist.training_pipeline(
+    ...     x_train, y_train, batch_size=128, as_dict=True
+    ... )  # doctest: +SKIP
+    >>> model = applications.CapsNetMultiMNIST()
+    >>> model.fit(train, epochs=1)  # doctest: +SKIP
+    >>> test = multimnist.test_set(x_test, y_test)  # doctest: +SKIP
+    >>> model.evaluate(test, return_dict=True)["multimnist_accuracy"]  # doctest: +SKIP
+    >>> digits = model.predict_digits(test["images"][:8])  # doctest: +SKIP
+    >>> pairs = model.reconstruct_pair(test["images"][:8])  # doctest: +SKIP
+
+    Reference:
+        Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017,
+        section 6. arXiv:1710.09829.
+    """
+
+    def __init__(self, input_shape=(36, 36, 1), name="capsnet_multimnist", **kwargs):
+        super().__init__(input_shape=input_shape, name=name, **kwargs)
+
+    def _default_metrics(self):
+        return [MultiMNISTAccuracy()]
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        if isinstance(inputs, dict):  # a MultiMNIST dict: images and targets
+            inputs = inputs["images"]
+        return super().call(inputs, training=training, mask=mask, **kwargs)
+
+    # Training ---------------------------------------------------------------
+
+    def _targets(self, x, y):
+        """`(multi_hot, labels, digits)` from the dict `y` or `x`; the last two may be None."""
+        source = y if y is not None else x
+        if isinstance(source, dict):
+            labels = source.get("labels")
+            digits = source.get("digits")
+            if labels is None:
+                raise ValueError(
+                    'CapsNetMultiMNIST needs "labels", the (batch, 2) classes of both '
+                    f"digits, in its targets. Received keys: {sorted(source)}"
+                )
+            labels = ops.convert_to_tensor(labels)
+            if not _is_integer(labels) or tuple(labels.shape[1:]) != (2,):
+                raise ValueError(
+                    '"labels" must be integer class indices of shape (batch, 2). '
+                    f"Received: shape={tuple(labels.shape)}, dtype={labels.dtype}"
+                )
+            multi_hot = _pairs_to_multi_hot(labels, self.num_classes)
+        elif y is not None:
+            labels, digits = None, None
+            multi_hot = ops.convert_to_tensor(y)
+            if _is_integer(multi_hot) and multi_hot.shape[-1] == 2:
+                labels = multi_hot
+                multi_hot = _pairs_to_multi_hot(labels, self.num_classes)
+            elif tuple(multi_hot.shape[1:]) != (self.num_classes,):
+                raise ValueError(
+                    "`y` must be integer (batch, 2) labels, a float multi-hot "
+                    f'(batch, {self.num_classes}), or a dict with "labels" and "digits". '
+                    f"Received: shape={tuple(multi_hot.shape)}"
+                )
+        else:
+            raise ValueError(
+                'CapsNetMultiMNIST needs targets: a dict with "images", "labels" and '
+                '"digits" as `x` (multimnist.training_pipeline(..., as_dict=True)), '
+                "or `y`."
+            )
+        if self.decoder is not None and digits is None:
+            raise ValueError(
+                'CapsNetMultiMNIST reconstructs each digit from its own capsule: it needs "labels" '
+                'and "digits" (each digit alone, (batch, 2) + image shape), as '
+                "multimnist.training_pipeline(..., as_dict=True) yields them. Build it "
+                "with `decoder_units=None` to train on the margin loss alone."
+            )
+        return multi_hot, labels, digits
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        multi_hot, labels, digits = self._targets(x, y)
+        pairs = []
+        if self.decoder is not None:  # each digit from its own capsule, against its own image
+            digits = ops.convert_to_tensor(digits)
+            pairs = [(labels[:, d], self._images(digits[:, d])) for d in range(2)]
+        return self._capsule_loss(multi_hot, pairs, y_pred, sample_weight)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        multi_hot = self._targets(x, y)[0]
+        return keras.Model.compute_metrics(
+            self, x, multi_hot, y_pred["probabilities"], sample_weight
+        )
+
+    # Inference --------------------------------------------------------------
+
+    def predict_digits(self, x, batch_size=100):
+        """The two longest class capsules of each example: int `(n, 2)`, longest first."""
+        return _top_two(self.predict(x, batch_size=batch_size, verbose=0))
+
+    def reconstruct_pair(self, x, labels=None, batch_size=100):
+        """Reconstruct both digits of each example, each from its own capsule alone.
+
+        Args:
+            x: images `(n, 36, 36[, 1])` in [0, 255], or a dict with `"images"`.
+            labels: the two capsules to decode, integer `(n, 2)` (e.g. the
+                true labels); `None` decodes the two longest capsules, longest
+                first (the paper's test-time choice).
+            batch_size: batch size of the forward pass.
+
+        Returns:
+            A NumPy array `(n, 2) + input_shape` in [0, 1]: `[:, d]` is decoded
+            from capsule `labels[:, d]` with every other capsule masked.
+        """
+        outputs = self.predict(x, batch_size=batch_size, verbose=0, outputs="all")
+        if labels is None:
+            labels = _top_two(outputs["probabilities"])
+        labels = np.asarray(labels)
+        n = len(outputs["poses"])
+        if labels.shape != (n, 2) or not np.issubdtype(labels.dtype, np.integer):
+            raise ValueError(
+                f"`labels` must be integer class indices of shape ({n}, 2). "
+                f"Received: labels.shape={labels.shape}, dtype={labels.dtype}"
+            )
+        return np.stack(
+            [self.decode(outputs["poses"], labels=labels[:, d]) for d in range(2)], axis=1
+        )
