@@ -6,6 +6,7 @@
     keras-capsules evaluate runs/mnist/model.keras
     keras-capsules export runs/mnist/model.keras models/capsnet
     keras-capsules serve models/capsnet --port 8501
+    keras-capsules tune capsnet-mnist --tuner hyperband --max-trials 20 --output runs/tune
 
 `train` shows Keras's progress bar, keeps a backup of the run after every
 epoch (`OUTPUT/backup`) and resumes from it when started again with the same
@@ -20,6 +21,7 @@ on smallNORB read from `--data-dir` (the official files).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -65,6 +67,18 @@ def _build_parser():
         "--learning-rate", type=float, default=None, help="1e-3 (capsnet-mnist), 3e-3 (EM)"
     )
     train.add_argument("--seed", type=int, default=None)
+    train.add_argument(
+        "--precision",
+        choices=("float32", "mixed_float16", "mixed_bfloat16"),
+        default="float32",
+        help="Keras dtype policy; routing runs in float32 inside (float32)",
+    )
+    train.add_argument(
+        "--distribute",
+        action="store_true",
+        help="data-parallel over every device: tf.distribute (TensorFlow), "
+        "keras.distribution.DataParallel (JAX); TF_CONFIG selects multi-worker",
+    )
     train.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
 
     evaluate = commands.add_parser(
@@ -97,6 +111,52 @@ def _build_parser():
     serve.add_argument(
         "--max-request-bytes", type=int, default=16 * 1024 * 1024, help="larger bodies get a 413"
     )
+    tune = commands.add_parser(
+        "tune", help="search hyperparameters with keras-tuner, on one machine or chief + workers"
+    )
+    tune.add_argument("model", choices=("capsnet-mnist", "matrix-capsnet-mnist"))
+    tune.add_argument("--tuner", choices=("hyperband", "random", "bayesian"), default="hyperband")
+    tune.add_argument("--max-trials", type=int, default=10, help="most trials to run")
+    tune.add_argument(
+        "--max-epochs", type=int, default=3, help="hyperband: most epochs of a trial, else all"
+    )
+    tune.add_argument("--output", default="runs/tune", help="folder of the search and its results")
+    tune.add_argument("--objective", default="val_accuracy", help="metric to optimise")
+    tune.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files")
+    tune.add_argument("--train-size", type=int, default=None, help="use the first N images")
+    tune.add_argument("--test-size", type=int, default=None, help="evaluate on the first N")
+    tune.add_argument("--validation-split", type=float, default=0.1, help="held out of training")
+    tune.add_argument(
+        "--batch-size", type=int, default=None, help="100 for capsnet-mnist, 32 for the EM model"
+    )
+    tune.add_argument(
+        "--fixed",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="fix a hyperparameter instead of searching it (repeatable)",
+    )
+    tune.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming")
+    tune.add_argument("--seed", type=int, default=None)
+    tune.add_argument("--top", type=int, default=5, help="trials in the final table")
+    tune.add_argument(
+        "--retrain-epochs", type=int, default=0, help="retrain the best configuration for N epochs"
+    )
+    tune.add_argument("--export", metavar="DIR", default=None, help="export the best model here")
+    role = tune.add_mutually_exclusive_group()
+    role.add_argument("--chief", action="store_true", help="run the oracle for remote workers")
+    role.add_argument("--worker", metavar="ID", default=None, help="run trials for the chief")
+    tune.add_argument(
+        "--oracle", metavar="HOST:PORT", default=None, help="the chief's address (127.0.0.1:8000)"
+    )
+    tune.add_argument("--max-retries", type=int, default=1, help="reruns of a crashed trial")
+    tune.add_argument(
+        "--lease-seconds", type=float, default=120.0, help="chief: give up a silent worker's trial"
+    )
+    tune.add_argument(
+        "--heartbeat-seconds", type=float, default=10.0, help="worker: seconds between heartbeats"
+    )
+    tune.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     return parser
 
 
@@ -184,17 +244,11 @@ def _finite_loss_counter():
     return FiniteLossCounter()
 
 
-def train(args):
+def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size):
     import keras
 
     from keras_capsules.callbacks import SpreadMarginSchedule
 
-    batch_size = args.batch_size or (100 if args.model == "capsnet-mnist" else 32)
-    os.makedirs(args.output, exist_ok=True)
-    if args.seed is not None:
-        keras.utils.set_random_seed(args.seed)
-    dataset, test, train_count, test_count = _datasets(args, batch_size)
-    model = _build_model(args)
     history_path = os.path.join(args.output, "history.csv")
     backup_dir = os.path.join(args.output, "backup")
     if os.path.exists(backup_dir):
@@ -218,6 +272,38 @@ def train(args):
         results = model.evaluate(*test, batch_size=batch_size, verbose=0, return_dict=True)
     else:
         results = model.evaluate(test, verbose=0, return_dict=True)
+    return results, train_seconds, time.time() - start, counter
+
+
+def train(args):
+    import keras
+
+    batch_size = args.batch_size or (100 if args.model == "capsnet-mnist" else 32)
+    os.makedirs(args.output, exist_ok=True)
+    if args.seed is not None:
+        keras.utils.set_random_seed(args.seed)
+    dataset, test, train_count, test_count = _datasets(args, batch_size)
+    previous_policy = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_dtype_policy(args.precision)
+    scope = contextlib.nullcontext()
+    if args.distribute:
+        from keras_capsules.distribute import data_parallel
+
+        scope = data_parallel()
+    try:
+        with scope as engine:
+            replicas = 1
+            if engine is not None:
+                replicas = getattr(engine, "num_replicas_in_sync", None) or int(
+                    engine.device_mesh.devices.size
+                )
+                print(f"Data-parallel training over {replicas} device(s)", flush=True)
+            model = _build_model(args)
+            results, train_seconds, test_seconds, counter = _fit_and_evaluate(
+                args, model, dataset, test, train_count, batch_size
+            )
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous_policy)
     metrics = {
         "model": args.model,
         "epochs": args.epochs,
@@ -225,8 +311,10 @@ def train(args):
         "test_images": int(test_count),
         "batch_size": batch_size,
         "backend": keras.backend.backend(),
+        "precision": args.precision,
+        "replicas": replicas,
         "train_seconds_this_session": round(train_seconds, 1),
-        "test_seconds": round(time.time() - start, 1),
+        "test_seconds": round(test_seconds, 1),
         "test_accuracy": float(results["accuracy"]),
         "test_loss": float(results["loss"]),
         "train_steps_this_session": counter.steps,
@@ -290,13 +378,25 @@ def serve(args):
     return 0
 
 
+def tune(args):
+    from keras_capsules.tuning import _command
+
+    return _command.run(args)
+
+
 def main(argv=None):
     parser = _build_parser()
     args = parser.parse_args(argv)
     positive = ("epochs", "batch_size", "train_size", "test_size", "routings", "A", "B", "C", "D")
     for name in positive + ("version", "max_batch_size", "max_request_bytes"):
         _positive(parser, name, getattr(args, name, None))
-    commands = {"train": train, "evaluate": evaluate, "export": export, "serve": serve}
+    commands = {
+        "train": train,
+        "evaluate": evaluate,
+        "export": export,
+        "serve": serve,
+        "tune": tune,
+    }
     return commands[args.command](args)
 
 

@@ -152,3 +152,24 @@ def test_train_matrix_capsnet_norb_on_official_files(tmp_path, capsys):
     model_path = os.path.join(output, "model.keras")
     assert cli.main(["evaluate", model_path, "--data-dir", str(data_dir)]) == 0
     assert "Test accuracy:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_train_with_mixed_precision_and_data_parallel(tmp_path, precision):
+    import keras
+
+    if keras.backend.backend() not in ("tensorflow", "jax"):
+        pytest.skip("--distribute needs TensorFlow or JAX")
+    output = str(tmp_path / "run")
+    args = ["train", "capsnet-mnist", "--output", output, "--train-size", "100"]
+    args += ["--test-size", "50", "--batch-size", "50", "--conv-filters", "8"]
+    args += ["--primary-capsules", "2", "--verbose", "0", "--precision", precision]
+    assert cli.main(args + ["--distribute"]) == 0
+    assert keras.mixed_precision.dtype_policy().name == "float32"  # restored afterwards
+    metrics = json.load(open(os.path.join(output, "metrics.json")))
+    assert metrics["precision"] == precision and metrics["replicas"] == 1  # one CPU device
+    assert metrics["nonfinite_loss_steps"] == 0 and 0 <= metrics["test_accuracy"] <= 1
+    saved = cli._load_model(os.path.join(output, "model.keras"))
+    assert saved.get_layer("conv1").dtype_policy.name == precision
+    assert saved.get_layer("digit_caps").dtype_policy.name == precision
+    assert saved.get_layer("probabilities").dtype_policy.name == "float32"

@@ -1,0 +1,150 @@
+"""What the two hypermodels share: argument checks and `fit` with the shift augmentation."""
+
+import math
+
+import keras_tuner as kt
+import numpy as np
+
+from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_positive_int
+
+
+def check_fraction(name, value, low=0.0, high=1.0):
+    """Raise a `ValueError` naming `name` unless `low < value <= high`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+        raise ValueError(f"`{name}` must be in ({low}, {high}]. Received: {name}={value!r}")
+
+
+class CapsuleHyperModel(kt.HyperModel):
+    """Base of the capsule network hypermodels (not public; see the subclasses).
+
+    Subclasses define `METRICS` (what the built models report in `fit`),
+    `declare_hyperparameters(hp)` (the whole search space, `max_shift` through
+    `self._max_shift(hp)`) and `build(hp)`.
+    """
+
+    METRICS = ("loss", "accuracy")
+
+    def __init__(self, input_shape, num_classes, batch_size, name=None, tunable=True):
+        super().__init__(name=name, tunable=tunable)
+        self.input_shape = check_image_shape(input_shape)
+        check_positive_int("num_classes", num_classes)
+        if num_classes < 2:
+            raise ValueError(
+                f"`num_classes` must be at least 2. Received: num_classes={num_classes!r}"
+            )
+        check_positive_int("batch_size", batch_size)
+        self.num_classes = num_classes
+        self.batch_size = batch_size
+
+    @classmethod
+    def objectives(cls):
+        """The metric names a search may use as its objective (`val_accuracy`, ...)."""
+        return tuple(cls.METRICS) + tuple(f"val_{name}" for name in cls.METRICS)
+
+    def search_space(self):
+        """The search space: a `keras_tuner.HyperParameters` holding every hyperparameter."""
+        hp = kt.HyperParameters()
+        self.declare_hyperparameters(hp)
+        return hp
+
+    @staticmethod
+    def _max_shift(hp):
+        return hp.Int("max_shift", 0, 3, default=2)
+
+    def _as_images(self, x):
+        """`x` as an array of images of rank 4, adding the channel axis of grey images."""
+        x = np.asarray(x)
+        if x.ndim == len(self.input_shape) and self.input_shape[-1] == 1:
+            x = x[..., None]
+        return x
+
+    def _fit_callbacks(self, hp, steps):
+        """Callbacks a subclass adds to every `fit`, given its training steps (or `None`)."""
+        return []
+
+    def fit(
+        self,
+        hp,
+        model,
+        x=None,
+        y=None,
+        *,
+        batch_size=None,
+        epochs=1,
+        initial_epoch=0,
+        validation_split=0.0,
+        validation_data=None,
+        shuffle=True,
+        callbacks=None,
+        seed=None,
+        **kwargs,
+    ):
+        """Train `model` with the augmentation chosen by `hp`, like `keras.Model.fit`.
+
+        NumPy images and labels (`x`, `y`) are fed through
+        `keras_capsules.datasets.mnist.training_pipeline`, shifting every image
+        by up to `hp["max_shift"]` pixels, new shifts every epoch.
+        `validation_split` takes the last fraction of the examples, before any
+        shuffling, as `keras.Model.fit` does. Any other input (a
+        `tf.data.Dataset`, a generator) is passed to `model.fit` unchanged,
+        without augmentation.
+
+        Args:
+            hp: the trial's `keras_tuner.HyperParameters`.
+            model: the model `build(hp)` returned.
+            x, y: training images and labels, or a dataset as `x`.
+            batch_size: examples per batch (the hypermodel's `batch_size` if
+                `None`).
+            epochs, initial_epoch, validation_data, callbacks: as in
+                `keras.Model.fit`.
+            validation_split: fraction of `x`, `y` held out for validation.
+            shuffle: reshuffle the training examples every epoch.
+            seed: seed of the shuffle and the shifts.
+            **kwargs: other `keras.Model.fit` arguments.
+
+        Returns:
+            The `keras.callbacks.History` of `model.fit`.
+        """
+        batch_size = batch_size or self.batch_size
+        callbacks = list(callbacks or [])
+        steps_per_epoch = None
+        if isinstance(x, np.ndarray) and y is not None:
+            from keras_capsules.datasets import mnist
+
+            x = self._as_images(x)
+            y = np.asarray(y)
+            if validation_data is None and validation_split:
+                check_fraction("validation_split", validation_split, high=0.5)
+                split = int(math.floor(len(x) * (1.0 - validation_split)))
+                validation_data = (x[split:], y[split:])
+                x, y = x[:split], y[:split]
+            steps_per_epoch = -(-len(x) // batch_size)
+            x = mnist.training_pipeline(
+                x, y, batch_size, max_shift=hp.get("max_shift"), shuffle=shuffle, seed=seed
+            )
+            y = None
+            validation_split = 0.0
+            fit_batch_size = None
+            kwargs["shuffle"] = False  # the pipeline shuffles
+        else:
+            fit_batch_size = batch_size
+            kwargs["shuffle"] = shuffle
+        validation_batch_size = None
+        if isinstance(validation_data, tuple) and len(validation_data) == 2:
+            validation_data = (self._as_images(validation_data[0]), validation_data[1])
+            validation_batch_size = batch_size
+        steps = None if steps_per_epoch is None else steps_per_epoch * (epochs - initial_epoch)
+        callbacks = self._fit_callbacks(hp, steps) + callbacks
+        return model.fit(
+            x,
+            y,
+            batch_size=fit_batch_size,
+            epochs=epochs,
+            initial_epoch=initial_epoch,
+            validation_split=validation_split,
+            validation_data=validation_data,
+            validation_batch_size=validation_batch_size,
+            callbacks=callbacks,
+            **kwargs,
+        )

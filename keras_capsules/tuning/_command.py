@@ -1,0 +1,225 @@
+"""`keras-capsules tune`: the command's work (its arguments are in `keras_capsules.cli`)."""
+
+import json
+import os
+import time
+
+DEFAULT_ORACLE = "127.0.0.1:8000"
+MODELS = ("capsnet-mnist", "matrix-capsnet-mnist")
+
+
+def _fail(message):
+    raise SystemExit(f"keras-capsules tune: {message}")
+
+
+def _parse_value(text):
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _fixed(hypermodel, assignments):
+    """A `HyperParameters` fixing `NAME=VALUE` assignments, names checked against the space."""
+    import keras_tuner as kt
+
+    known = [hp.name for hp in hypermodel.search_space().space]
+    hp = kt.HyperParameters()
+    for assignment in assignments:
+        name, sep, value = assignment.partition("=")
+        name = name.strip()
+        if not sep or not value.strip():
+            _fail(f"--fixed takes NAME=VALUE, got {assignment!r}")
+        if name not in known:
+            _fail(f"--fixed: unknown hyperparameter {name!r}; the space has {', '.join(known)}")
+        hp.Fixed(name, _parse_value(value))
+    return hp if assignments else None
+
+
+def _configure_environment(args):
+    """Set keras-tuner's `KERASTUNER_*` variables for `--chief`/`--worker`; return the role."""
+    if args.chief or args.worker is not None:
+        address = args.oracle
+        if address is None and "KERASTUNER_ORACLE_IP" in os.environ:
+            address = f"{os.environ['KERASTUNER_ORACLE_IP']}:{os.environ['KERASTUNER_ORACLE_PORT']}"
+        host, sep, port = (address or DEFAULT_ORACLE).rpartition(":")
+        if not sep or not host or not port.isdigit():
+            _fail(f"--oracle takes HOST:PORT, got {args.oracle!r}")
+        if args.worker is not None and (not args.worker or "chief" in args.worker):
+            _fail(f"--worker needs an id without 'chief' in it, got {args.worker!r}")
+        os.environ["KERASTUNER_ORACLE_IP"] = host
+        os.environ["KERASTUNER_ORACLE_PORT"] = port
+        os.environ["KERASTUNER_TUNER_ID"] = "chief" if args.chief else args.worker
+    elif args.oracle is not None:
+        _fail("--oracle needs --chief or --worker")
+    from keras_capsules.tuning.tuners import _role
+
+    return _role()
+
+
+def _hypermodel(args):
+    from keras_capsules.tuning import CapsNetHyperModel
+    from keras_capsules.tuning import MatrixCapsNetHyperModel
+
+    if args.model == "capsnet-mnist":
+        return CapsNetHyperModel(input_shape=(28, 28, 1), num_classes=10, batch_size=100)
+    return MatrixCapsNetHyperModel(
+        input_shape=(28, 28, 1), num_classes=10, rescale=1.0 / 255.0, batch_size=32
+    )
+
+
+def _check(args):
+    for name in ("max_trials", "max_epochs", "top"):
+        if getattr(args, name) < 1:
+            _fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("retrain_epochs", "max_retries"):
+        if getattr(args, name) < 0:
+            _fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
+    if not 0 < args.validation_split <= 0.5:
+        _fail(f"--validation-split must be in (0, 0.5], got {args.validation_split}")
+    if not 0 < args.heartbeat_seconds < args.lease_seconds:
+        _fail("--heartbeat-seconds must be positive and below --lease-seconds")
+
+
+def _load_mnist(args):
+    from keras_capsules.datasets import mnist
+
+    (x_train, y_train), (x_test, y_test) = mnist.load_data(args.data_dir)
+    x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
+    x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+    return (x_train, y_train), (x_test[..., None], y_test)
+
+
+ENVIRONMENT = ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT")
+
+
+def run(args):
+    """Run `keras-capsules tune` with parsed arguments; return the exit status."""
+    _check(args)
+    saved = {name: os.environ.get(name) for name in ENVIRONMENT}
+    try:
+        return _run(args, _configure_environment(args))
+    finally:  # `main` may be called from Python: leave the environment as it was
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _run(args, role):
+    import keras
+
+    from keras_capsules.tuning import best_trials_table
+    from keras_capsules.tuning import create_tuner
+
+    if args.seed is not None:
+        keras.utils.set_random_seed(args.seed)
+    hypermodel = _hypermodel(args)
+    hyperparameters = _fixed(hypermodel, args.fixed)
+    project_dir = os.path.join(args.output, "search")
+    overwrite = args.overwrite and role != "worker"  # only the chief or a lone tuner starts anew
+    resuming = os.path.exists(os.path.join(project_dir, "oracle.json"))
+    if role != "worker" and not overwrite and resuming:
+        print(f"Resuming the search in {project_dir}", flush=True)
+    try:
+        tuner = create_tuner(
+            hypermodel,
+            args.tuner,
+            objective=args.objective,
+            max_trials=args.max_trials,
+            max_epochs=args.max_epochs,
+            directory=args.output,
+            project_name="search",
+            overwrite=overwrite,
+            seed=args.seed,
+            hyperparameters=hyperparameters,
+            max_retries_per_trial=args.max_retries,
+            lease_seconds=args.lease_seconds,
+            heartbeat_seconds=args.heartbeat_seconds,
+        )
+    except (ValueError, ImportError) as error:
+        _fail(str(error))
+
+    start = time.time()
+    if role == "chief":
+        tuner.search(verbose=args.verbose)
+    else:
+        (x_train, y_train), _ = _load_mnist(args)
+        tuner.search(
+            x_train,
+            y_train,
+            validation_split=args.validation_split,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            verbose=args.verbose,
+        )
+    search_seconds = time.time() - start
+    if role == "worker":
+        print(f"Worker {os.environ['KERASTUNER_TUNER_ID']}: no trials left, stopping.", flush=True)
+        return 0
+    return _report(args, tuner, hypermodel, search_seconds, best_trials_table)
+
+
+def _report(args, tuner, hypermodel, search_seconds, best_trials_table):
+    """The table of the best trials, the best model's test accuracy, retraining and export."""
+    print(best_trials_table(tuner, args.top), flush=True)
+    completed = [t for t in tuner.oracle.get_best_trials(1) if t.status == "COMPLETED"]
+    if not completed:
+        print("No trial completed: nothing to evaluate or export.", flush=True)
+        return 1
+    best_trial = completed[0]
+    best_hp = best_trial.hyperparameters
+    (x_train, y_train), (x_test, y_test) = _load_mnist(args)
+    batch_size = args.batch_size or hypermodel.batch_size
+    model = tuner.get_best_models(1)[0]
+    if args.retrain_epochs:
+        print(
+            f"Retraining the best configuration (trial {best_trial.trial_id}) on "
+            f"{len(x_train)} images for {args.retrain_epochs} epochs",
+            flush=True,
+        )
+        model = hypermodel.build(best_hp)
+        hypermodel.fit(
+            best_hp,
+            model,
+            x_train,
+            y_train,
+            epochs=args.retrain_epochs,
+            batch_size=batch_size,
+            seed=args.seed,
+            verbose=args.verbose,
+        )
+    results = model.evaluate(x_test, y_test, batch_size=batch_size, verbose=0, return_dict=True)
+    model_path = os.path.join(args.output, "best_model.keras")
+    model.save(model_path)
+    summary = {
+        "model": args.model,
+        "tuner": args.tuner,
+        "objective": tuner.oracle.objective.name,
+        "best_trial": best_trial.trial_id,
+        "best_score": float(best_trial.score),
+        "hyperparameters": {k: v for k, v in best_hp.values.items() if not k.startswith("tuner/")},
+        "trials": len(tuner.oracle.trials) if hasattr(tuner.oracle, "trials") else None,
+        "search_seconds_this_session": round(search_seconds, 1),
+        "retrain_epochs": args.retrain_epochs,
+        "test_images": int(len(x_test)),
+        "test_accuracy": float(results["accuracy"]),
+    }
+    with open(os.path.join(args.output, "best.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(f"Test accuracy of the best model: {summary['test_accuracy']:.4f} ({len(x_test)} images)")
+    print(f"Model: {model_path}; summary: {os.path.join(args.output, 'best.json')}", flush=True)
+    if args.export:
+        from keras_capsules.serving import export_saved_model
+
+        try:
+            export_saved_model(model, args.export)
+        except (FileExistsError, RuntimeError, ValueError) as error:
+            _fail(f"export: {error}")
+    return 0
