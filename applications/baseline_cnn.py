@@ -1,5 +1,7 @@
 import keras
 
+from applications._defaults import default_optimizer
+from applications._defaults import dtype_policy
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_int
 
@@ -84,7 +86,7 @@ class BaselineCNN(keras.Model):
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
-        policy = keras.dtype_policies.get(dtype or keras.mixed_precision.dtype_policy())
+        policy = dtype_policy(dtype)
         check_positive_int("num_classes", num_classes)
         check_positive_int("kernel_size", kernel_size)
         filters = tuple(filters)
@@ -139,11 +141,7 @@ class BaselineCNN(keras.Model):
         self.num_classes = num_classes
         if compile:
             self.compile(
-                optimizer=keras.optimizers.Adam(
-                    keras.optimizers.schedules.ExponentialDecay(
-                        learning_rate, decay_steps=decay_steps, decay_rate=decay_rate
-                    )
-                ),
+                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
                 loss="sparse_categorical_crossentropy",
                 metrics=["accuracy"],
             )

@@ -2,6 +2,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from applications._defaults import default_optimizer
+from applications._defaults import dtype_policy
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_int
 from keras_capsules.distribute import scale_loss
@@ -100,7 +102,7 @@ class CapsNetMNIST(keras.Model):
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
-        policy = keras.dtype_policies.get(dtype or keras.mixed_precision.dtype_policy())
+        policy = dtype_policy(dtype)
         for arg in (
             "num_classes",
             "conv_filters",
@@ -186,11 +188,7 @@ class CapsNetMNIST(keras.Model):
         self.reconstruction_loss_tracker = keras.metrics.Mean(name="reconstruction_loss")
         if compile:
             self.compile(
-                optimizer=keras.optimizers.Adam(
-                    keras.optimizers.schedules.ExponentialDecay(
-                        learning_rate, decay_steps=decay_steps, decay_rate=decay_rate
-                    )
-                ),
+                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
                 metrics=self._default_metrics(),
             )
 

@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from applications._defaults import default_optimizer
+from applications._defaults import dtype_policy
 from keras_capsules import routing
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_int
@@ -97,7 +99,7 @@ class MatrixCapsNetNORB(keras.Model):
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
-        policy = keras.dtype_policies.get(dtype or keras.mixed_precision.dtype_policy())
+        policy = dtype_policy(dtype)
         for arg in ("A", "B", "C", "D", "iterations", "num_classes"):
             check_positive_int(arg, locals()[arg])
         if weight_decay < 0:
@@ -193,11 +195,7 @@ class MatrixCapsNetNORB(keras.Model):
         self.spread_loss_tracker = keras.metrics.Mean(name="spread_loss")
         if compile:
             self.compile(
-                optimizer=keras.optimizers.Adam(
-                    keras.optimizers.schedules.ExponentialDecay(
-                        learning_rate, decay_steps=decay_steps, decay_rate=decay_rate
-                    )
-                ),
+                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
                 metrics=["accuracy"],
             )
 

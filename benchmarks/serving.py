@@ -24,7 +24,6 @@ import http.client
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,12 +35,6 @@ import numpy as np
 
 def log(*args):
     print(*args, file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(port, path, body):
@@ -96,6 +89,8 @@ def main(argv=None):
     import keras
 
     import applications
+    from keras_capsules._local_http import free_port
+    from keras_capsules._local_http import wait_for_http
     from keras_capsules.serving import export_saved_model
 
     keras.utils.set_random_seed(0)
@@ -111,18 +106,10 @@ def main(argv=None):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.time() + 300
-        while True:
-            try:
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                connection.request("GET", "/v1/models/capsnet")
-                if connection.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            if server.poll() is not None or time.time() > deadline:
-                raise SystemExit("the server did not start")
-            time.sleep(0.5)
+        try:
+            wait_for_http(port, "/v1/models/capsnet", server, timeout=300)
+        except RuntimeError as error:
+            raise SystemExit(str(error)) from None
         images = np.random.default_rng(0).integers(0, 256, (args.batch, 28, 28, 1))
         one = json.dumps({"instances": images[:1].tolist()}).encode()
         many = json.dumps({"instances": images.tolist()}).encode()

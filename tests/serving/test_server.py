@@ -17,6 +17,8 @@ import pytest
 
 import applications
 from keras_capsules import cli
+from keras_capsules._local_http import free_port
+from keras_capsules._local_http import wait_for_http
 from tests.conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(
@@ -26,12 +28,6 @@ pytest.importorskip("kserve")
 
 MAX_BATCH = 32
 MAX_BYTES = 1_000_000
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Client:
@@ -81,17 +77,11 @@ def served(tmp_path_factory, mnist_data):
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
     client = Client(port, "capsnet")
-    deadline = time.time() + 180
-    while True:
-        try:
-            if client.request("GET", "/v1/models/capsnet")[0] == 200:
-                break
-        except OSError:
-            pass
-        if process.poll() is not None or time.time() > deadline:
-            log.close()
-            raise RuntimeError("server did not start:\n" + (root / "server.log").read_text())
-        time.sleep(0.5)
+    try:
+        wait_for_http(port, "/v1/models/capsnet", process, timeout=180)
+    except RuntimeError as error:
+        log.close()
+        raise RuntimeError(f"{error}:\n" + (root / "server.log").read_text()) from None
     x = x_test[:64, :, :, None].astype("float32")
     yield client, model, x, y_test[:64]
     process.terminate()

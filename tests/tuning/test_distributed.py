@@ -4,7 +4,6 @@ import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from keras_capsules._local_http import free_port
 from tests.conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(
@@ -42,12 +42,6 @@ TINY = [
     "2",
 ]
 DEADLINE = 300  # seconds for the whole test: it can never hang CI
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Search:
