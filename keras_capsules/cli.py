@@ -111,6 +111,31 @@ def _build_parser():
     serve.add_argument(
         "--max-request-bytes", type=int, default=16 * 1024 * 1024, help="larger bodies get a 413"
     )
+    figures = commands.add_parser(
+        "figures", help="draw the paper's figures for a trained model as PNG files"
+    )
+    figures.add_argument("model_path", help="a .keras file, e.g. runs/mnist/model.keras")
+    figures.add_argument(
+        "--kind",
+        choices=("reconstructions", "dimensions", "multimnist", "routing", "all"),
+        default="all",
+        help="which figure; all draws every one that fits the model",
+    )
+    figures.add_argument("--output", default="figures", help="folder for the PNG files")
+    figures.add_argument("--count", type=int, default=8, help="images in the grids")
+    figures.add_argument("--index", type=int, default=0, help="first test image to draw")
+    figures.add_argument("--dims", default=None, help="dimensions: comma-separated (all)")
+    figures.add_argument(
+        "--steps",
+        default=None,
+        help="tweaks, e.g. --steps=-0.1,0,0.1 (the paper: -0.25 to 0.25 by 0.05)",
+    )
+    figures.add_argument("--reduce", choices=("mean", "sum"), default="mean", help="routing")
+    figures.add_argument("--dpi", type=int, default=100)
+    figures.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files")
+    figures.add_argument("--seed", type=int, default=1, help="MultiMNIST / canvas test seed")
+    figures.add_argument("--overlay", choices=("sum", "max"), default="sum", help="MultiMNIST")
+
     tune = commands.add_parser(
         "tune", help="search hyperparameters with keras-tuner, on one machine or chief + workers"
     )
@@ -378,6 +403,12 @@ def serve(args):
     return 0
 
 
+def figures(args):
+    from keras_capsules.visualization import _command
+
+    return _command.run(args)
+
+
 def tune(args):
     from keras_capsules.tuning import _command
 
@@ -388,13 +419,14 @@ def main(argv=None):
     parser = _build_parser()
     args = parser.parse_args(argv)
     positive = ("epochs", "batch_size", "train_size", "test_size", "routings", "A", "B", "C", "D")
-    for name in positive + ("version", "max_batch_size", "max_request_bytes"):
+    for name in positive + ("version", "max_batch_size", "max_request_bytes", "count", "dpi"):
         _positive(parser, name, getattr(args, name, None))
     commands = {
         "train": train,
         "evaluate": evaluate,
         "export": export,
         "serve": serve,
+        "figures": figures,
         "tune": tune,
     }
     return commands[args.command](args)

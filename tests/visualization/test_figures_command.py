@@ -1,0 +1,58 @@
+"""`keras-capsules figures`: every kind written as a non-blank PNG of the expected size."""
+
+import numpy as np
+import pytest
+
+from keras_capsules import cli
+from tests.visualization.test_figures import tiny
+
+matplotlib_image = pytest.importorskip("matplotlib.image")
+
+
+def saved(tmp_path, input_shape):
+    path = tmp_path / f"model{input_shape[0]}.keras"
+    tiny(input_shape).save(path)
+    return str(path)
+
+
+def check_written(paths, printed):
+    for path in paths:
+        assert str(path) in printed
+        png = matplotlib_image.imread(path)
+        assert png.ndim == 3 and png.var() > 0
+        assert len(np.unique(png.reshape(-1, png.shape[-1]), axis=0)) > 10
+
+
+def test_all_kinds_for_an_mnist_model(tmp_path, capsys):
+    model = saved(tmp_path, (28, 28, 1))
+    out = tmp_path / "figs"
+    args = ["figures", model, "--output", str(out), "--count", "3", "--dpi", "40"]
+    assert cli.main(args + ["--dims", "0,5", "--steps=-0.1,0,0.1"]) == 0
+    kinds = ("reconstructions", "dimensions", "routing")
+    check_written([out / f"{kind}.png" for kind in kinds], capsys.readouterr().out)
+    assert not (out / "multimnist.png").exists()
+    # Two dimensions x three tweaks: the mosaic has 2 rows and 3 columns of 28 px tiles.
+    dims = matplotlib_image.imread(out / "dimensions.png")
+    assert dims.shape[0] < dims.shape[1]
+
+
+def test_multimnist_kind_for_a_36_pixel_model(tmp_path, capsys):
+    model = saved(tmp_path, (36, 36, 1))
+    out = tmp_path / "figs"
+    args = ["figures", model, "--kind", "multimnist", "--output", str(out), "--count", "2"]
+    assert cli.main(args + ["--dpi", "40", "--index", "5"]) == 0
+    check_written([out / "multimnist.png"], capsys.readouterr().out)
+    # 2 images of 1 inch, 2 rows at 40 dpi.
+    assert matplotlib_image.imread(out / "multimnist.png").shape[:2] == (80, 80)
+
+
+def test_bad_requests_are_clear_errors(tmp_path):
+    model = saved(tmp_path, (28, 28, 1))
+    with pytest.raises(SystemExit, match="needs a model trained on MultiMNIST"):
+        cli.main(["figures", model, "--kind", "multimnist", "--output", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--index must be in"):
+        cli.main(["figures", model, "--index", "10000", "--output", str(tmp_path)])
+    with pytest.raises(SystemExit, match="dims"):
+        cli.main(["figures", model, "--kind", "dimensions", "--dims", "99"])
+    with pytest.raises(SystemExit, match="no model at"):
+        cli.main(["figures", str(tmp_path / "missing.keras")])
