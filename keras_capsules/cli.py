@@ -7,6 +7,8 @@
     keras-capsules export runs/mnist/model.keras models/capsnet
     keras-capsules serve models/capsnet --port 8501
     keras-capsules tune capsnet-mnist --tuner hyperband --max-trials 20 --output runs/tune
+    keras-capsules figures runs/mnist/model.keras --output figures
+    keras-capsules explore runs/mnist/model.keras
 
 `train` shows Keras's progress bar, keeps a backup of the run after every
 epoch (`OUTPUT/backup`) and resumes from it when started again with the same
@@ -135,6 +137,18 @@ def _build_parser():
     figures.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files")
     figures.add_argument("--seed", type=int, default=1, help="MultiMNIST / canvas test seed")
     figures.add_argument("--overlay", choices=("sum", "max"), default="sum", help="MultiMNIST")
+
+    explore = commands.add_parser(
+        "explore", help="open the capsule explorer: pick or draw a digit, move 16 sliders"
+    )
+    explore.add_argument("model_path", help="a .keras file with a decoder")
+    explore.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1: this machine)")
+    explore.add_argument("--port", type=int, default=7860)
+    explore.add_argument("--examples", type=int, default=100, help="test images to pick from")
+    explore.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files")
+    explore.add_argument("--seed", type=int, default=1, help="MultiMNIST / canvas test seed")
+    explore.add_argument("--overlay", choices=("sum", "max"), default="sum", help="MultiMNIST")
+    explore.add_argument("--open", action="store_true", help="open the page in a browser")
 
     tune = commands.add_parser(
         "tune", help="search hyperparameters with keras-tuner, on one machine or chief + workers"
@@ -409,6 +423,12 @@ def figures(args):
     return _command.run(args)
 
 
+def explore(args):
+    from keras_capsules.visualization import _command
+
+    return _command.explore(args)
+
+
 def tune(args):
     from keras_capsules.tuning import _command
 
@@ -419,7 +439,14 @@ def main(argv=None):
     parser = _build_parser()
     args = parser.parse_args(argv)
     positive = ("epochs", "batch_size", "train_size", "test_size", "routings", "A", "B", "C", "D")
-    for name in positive + ("version", "max_batch_size", "max_request_bytes", "count", "dpi"):
+    for name in positive + (
+        "version",
+        "max_batch_size",
+        "max_request_bytes",
+        "count",
+        "dpi",
+        "examples",
+    ):
         _positive(parser, name, getattr(args, name, None))
     commands = {
         "train": train,
@@ -427,6 +454,7 @@ def main(argv=None):
         "export": export,
         "serve": serve,
         "figures": figures,
+        "explore": explore,
         "tune": tune,
     }
     return commands[args.command](args)

@@ -9,8 +9,13 @@ Uses matplotlib, a dependency of the package.
 - `multimnist_reconstructions`: both MultiMNIST digits, each decoded from its
   own capsule, in red and green (figure 5).
 - `routing_heatmap`: coupling coefficients over the primary capsule grid.
+- `build_explorer` / `launch_explorer`: the interactive explorer, a Gradio
+  page with a slider per capsule dimension (needs the `explore` extra).
 """
 
+from keras_capsules.visualization.explorer import build_explorer
+from keras_capsules.visualization.explorer import launch_explorer
+from keras_capsules.visualization.explorer import prepare_drawing
 from keras_capsules.visualization.multimnist import multimnist_reconstructions
 from keras_capsules.visualization.perturbation import PAPER_STEPS
 from keras_capsules.visualization.perturbation import perturbation_grid
@@ -20,6 +25,9 @@ from keras_capsules.visualization.routing import couplings
 from keras_capsules.visualization.routing import routing_heatmap
 
 __all__ = [
+    "build_explorer",
+    "launch_explorer",
+    "prepare_drawing",
     "PAPER_STEPS",
     "couplings",
     "multimnist_reconstructions",

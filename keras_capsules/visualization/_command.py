@@ -1,4 +1,4 @@
-"""`keras-capsules figures`: the command's work (its arguments are in `keras_capsules.cli`).
+"""`keras-capsules figures` and `explore`: their work (the arguments are in `keras_capsules.cli`).
 
 The test images are chosen from the model's input size: 28x28 models get the
 MNIST test set, 36x36 models the MultiMNIST test set, and 40x40 models the
@@ -18,7 +18,7 @@ def _fail(message):
 
 
 def _test_images(model, args):
-    """`(images, pair_labels)`: test images of the model's input size, and MultiMNIST's labels."""
+    """`(images, labels, pair_labels)`: test images of the model's size and their classes."""
     from keras_capsules.datasets import affine
     from keras_capsules.datasets import mnist
     from keras_capsules.datasets import multimnist
@@ -26,13 +26,13 @@ def _test_images(model, args):
     _, (x_test, y_test) = mnist.load_data(args.data_dir)
     size = tuple(model.image_shape)
     if size == (28, 28, 1):
-        return x_test, None
+        return x_test, y_test, None
     if size == (36, 36, 1):
         test = multimnist.test_set(x_test, y_test, seed=args.seed, rule=args.overlay)
-        return test["images"], test["labels"]
+        return test["images"], None, test["labels"]
     if size == (40, 40, 1):
         images, _ = affine.expand(x_test, seed=args.seed)
-        return images, None
+        return images, y_test, None
     _fail(f"no test images for a model of input shape {size}; figures need 28, 36 or 40 px")
 
 
@@ -58,7 +58,7 @@ def run(args):
     from keras_capsules.cli import _load_model
 
     model = _load_model(args.model_path)
-    x, pairs = _test_images(model, args)
+    x, _, pairs = _test_images(model, args)
     if not 0 <= args.index < len(x):
         _fail(f"--index must be in [0, {len(x)}), got {args.index}")
     stop = args.index + args.count
@@ -89,4 +89,34 @@ def run(args):
         except ValueError as error:
             _fail(f"{kind}: {error}")
         print(path)
+    return 0
+
+
+def explore(args):
+    """Serve the explorer for `args.model_path` until interrupted."""
+    import importlib.util
+
+    from keras_capsules.cli import _load_model
+    from keras_capsules.visualization import launch_explorer
+
+    if importlib.util.find_spec("gradio") is None:
+        raise SystemExit(
+            "keras-capsules explore needs Gradio: pip install 'keras-capsules[explore]'"
+        )
+    model = _load_model(args.model_path)
+    x, labels, pairs = _test_images(model, args)
+    if pairs is not None:
+        labels = None  # two classes per image: the picker shows none
+    n = min(args.examples, len(x))
+    try:
+        launch_explorer(
+            model,
+            x[:n],
+            None if labels is None else labels[:n],
+            host=args.host,
+            port=args.port,
+            open_browser=args.open,
+        )
+    except ValueError as error:
+        raise SystemExit(f"keras-capsules explore: {error}") from None
     return 0

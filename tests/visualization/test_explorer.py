@@ -1,0 +1,207 @@
+"""The capsule explorer: drawing preparation, the page's callbacks, and the page in Chromium."""
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from keras_capsules._local_http import free_port
+from keras_capsules._local_http import wait_for_http
+from keras_capsules.visualization import build_explorer
+from keras_capsules.visualization import prepare_drawing
+from keras_capsules.visualization.explorer import _display
+from keras_capsules.visualization.explorer import _Session
+from tests.conftest import requires_tensorflow
+from tests.visualization.test_figures import tiny
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+# CI installs Chromium and sets this, so that a missing browser fails instead of skipping.
+REQUIRE_BROWSER = os.environ.get("KERAS_CAPSULES_REQUIRE_BROWSER") == "1"
+
+
+def stroke_canvas(size=280, box=(60, 100, 200, 140)):
+    """A white opaque canvas with a dark filled rectangle: a tall '1'."""
+    canvas = np.full((size, size, 3), 255, np.uint8)
+    top, left, bottom, right = box
+    canvas[top:bottom, left:right] = 0
+    return canvas
+
+
+def test_prepare_drawing_boxes_and_centres_like_mnist():
+    image = prepare_drawing(stroke_canvas())
+    assert image.shape == (28, 28, 1) and image.dtype == np.uint8
+    ink = image[..., 0] > 127
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    # The 140 x 40 stroke is scaled to 20 px high, keeping its aspect (about 6 px wide).
+    assert rows[-1] - rows[0] + 1 == 20
+    assert 4 <= cols[-1] - cols[0] + 1 <= 7
+    # Its centre of mass lands on the canvas centre, wherever it was drawn.
+    ys, xs = np.nonzero(image[..., 0])
+    weights = image[..., 0][ys, xs].astype(float)
+    assert abs(np.average(ys, weights=weights) - 13.5) <= 1
+    assert abs(np.average(xs, weights=weights) - 13.5) <= 1
+    moved = prepare_drawing(stroke_canvas(box=(10, 10, 150, 50)))
+    np.testing.assert_array_equal(moved, image)
+
+
+def test_prepare_drawing_reads_transparent_rgba_and_editor_values():
+    rgba = np.zeros((280, 280, 4), np.uint8)
+    rgba[60:200, 100:140] = (0, 0, 0, 255)  # black ink, transparent elsewhere
+    expected = prepare_drawing(stroke_canvas())
+    np.testing.assert_array_equal(prepare_drawing(rgba), expected)
+    np.testing.assert_array_equal(prepare_drawing({"composite": rgba}), expected)
+    grey = stroke_canvas()[..., 0]
+    np.testing.assert_array_equal(prepare_drawing(grey), expected)
+    assert prepare_drawing(np.full((280, 280, 3), 255, np.uint8)) is None
+    assert prepare_drawing({"composite": None}) is None
+    assert prepare_drawing(stroke_canvas(), image_shape=(40, 40, 1)).shape == (40, 40, 1)
+    with pytest.raises(ValueError, match="drawing"):
+        prepare_drawing(np.zeros((2, 2, 2, 2)))
+
+
+def test_session_decodes_the_perturbed_capsule_alone(mnist_data):
+    _, (x_test, _) = mnist_data
+    model = tiny()
+    session = _Session(model)
+    lengths, poses, winner = session.encode(x_test[0])
+    assert list(lengths) == [str(c) for c in range(10)]
+    np.testing.assert_allclose(list(lengths.values()), np.linalg.norm(poses, axis=-1), rtol=1e-6)
+    assert winner == int(np.argmax(np.linalg.norm(poses, axis=-1)))
+    deltas = np.zeros(16, "float32")
+    deltas[3] = 0.25
+    tweaked = poses.copy()
+    tweaked[winner] += deltas
+    expected = model.decode(tweaked[None], labels=np.array([winner]))[0, ..., 0]
+    image = session.decode(poses, winner, deltas)
+    np.testing.assert_array_equal(image, np.round(np.clip(expected, 0, 1) * 255).astype("uint8"))
+    assert not np.array_equal(image, session.decode(poses, winner, np.zeros(16)))
+    np.testing.assert_array_equal(
+        poses[winner], session.encode(x_test[0])[1][winner]
+    )  # no aliasing
+
+
+def test_build_explorer_checks_its_arguments(mnist_data):
+    pytest.importorskip("gradio")
+    _, (x_test, y_test) = mnist_data
+    model = tiny()
+    with pytest.raises(ValueError, match="`images`"):
+        build_explorer(model, x_test[:3, :20])
+    with pytest.raises(ValueError, match="`labels`"):
+        build_explorer(model, x_test[:3], y_test[:2])
+    with pytest.raises(ValueError, match="decoder"):
+        build_explorer(tiny(decoder_units=None), x_test[:3])
+    build_explorer(model, x_test[:3], y_test[:3])
+
+
+def chromium_driver():
+    if not (CHROMIUM and CHROMEDRIVER):
+        if REQUIRE_BROWSER:
+            pytest.fail("KERAS_CAPSULES_REQUIRE_BROWSER=1 but chromium/chromedriver are missing")
+        pytest.skip("needs Debian's chromium and chromium-driver")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.add_argument("--window-size=1400,1400")
+    options.binary_location = CHROMIUM
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def wait_until(condition, timeout=60, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def fetch_png(src):
+    """The grey levels of the PNG an `<img>` shows (an http or a data URL)."""
+    import matplotlib.image
+
+    with urllib.request.urlopen(src, timeout=30) as response:
+        image = matplotlib.image.imread(io.BytesIO(response.read()), format="png")
+    if image.ndim == 3:
+        image = image[..., 0]
+    return np.round(image * 255).astype("uint8")
+
+
+@requires_tensorflow
+def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data):
+    """`keras-capsules explore` in headless Chromium: moving a slider redraws the reconstruction."""
+    pytest.importorskip("gradio")
+    driver = chromium_driver()
+    _, (x_test, _) = mnist_data
+    model = tiny()
+    model.save(tmp_path / "model.keras")
+    port = free_port()
+    log = open(tmp_path / "explore.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "keras_capsules.cli", "explore", str(tmp_path / "model.keras")]
+        + ["--port", str(port), "--examples", "10"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", GRADIO_ANALYTICS_ENABLED="False"),
+    )
+    try:
+        try:
+            wait_for_http(port, "/", process, timeout=180)
+        except RuntimeError as error:
+            raise AssertionError(f"{error}:\n{(tmp_path / 'explore.log').read_text()}") from None
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.common.keys import Keys
+
+        driver.get(f"http://127.0.0.1:{port}/")
+
+        def reconstruction_src():
+            found = driver.find_elements(By.CSS_SELECTOR, "#reconstruction img")
+            return found[0].get_attribute("src") if found else None
+
+        before = wait_until(reconstruction_src, what="the first reconstruction")
+        lengths = driver.find_element(By.ID, "lengths").text
+        assert all(str(c) in lengths for c in range(10))
+        # The first test digit is shown, and its reconstruction with all sliders at 0.
+        session = _Session(model)
+        _, poses, winner = session.encode(x_test[0])
+        zero = np.zeros(16, "float32")
+        np.testing.assert_allclose(
+            fetch_png(before), _display(session.decode(poses, winner, zero)), atol=1
+        )
+
+        # Move dimension 5's slider to its right end with the keyboard, as a user can.
+        slider = driver.find_element(By.CSS_SELECTOR, "#dim-5 input[type=range]")
+        slider.click()
+        slider.send_keys(Keys.END)
+        number = driver.find_element(By.CSS_SELECTOR, "#dim-5 input[type=number]")
+        wait_until(
+            lambda: float(number.get_attribute("value") or 0) == pytest.approx(0.25),
+            what="the slider at 0.25",
+        )
+        deltas = zero.copy()
+        deltas[5] = 0.25
+        expected = _display(session.decode(poses, winner, deltas))
+        assert np.abs(expected.astype(int) - fetch_png(before)).max() > 0
+
+        def shows_expected():
+            src = reconstruction_src()
+            if not src or src == before:
+                return False
+            return np.abs(fetch_png(src).astype(int) - expected).max() <= 1
+
+        wait_until(shows_expected, what="the reconstruction of the perturbed capsule")
+    finally:
+        driver.quit()
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
