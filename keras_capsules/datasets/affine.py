@@ -14,8 +14,11 @@ a CNN 66%, both about 99.2% on the expanded MNIST test set).
   canvas (bilinear sampling in NumPy); `affnist_test_set()` applies it to a
   split, e.g. the MNIST test digits.
 
-Every function is deterministic for a given seed. The affine ranges follow
-the affNIST page (Tieleman, https://www.cs.toronto.edu/~tijmen/affNIST/):
+Every function is deterministic for a given seed. The affine ranges are
+those the affNIST page (Tieleman, https://www.cs.toronto.edu/~tijmen/affNIST/)
+is widely quoted for; the page itself could not be read from the machines
+this project is built on, so check them against it before comparing numbers
+with published affNIST results:
 
 | transformation | range, each uniform and independent |
 | --- | --- |
