@@ -126,6 +126,8 @@ def build_convs_only():
     """The two convolutions of CapsNet + a trivial classifier and loss, compiled like CapsNet."""
     import keras
 
+    from applications._defaults import default_optimizer
+
     images = keras.Input(shape=(28, 28, 1), name="images")
     x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling")(images)
     x = keras.layers.Conv2D(
@@ -139,9 +141,7 @@ def build_convs_only():
     logits = keras.layers.Dense(10, dtype="float32", name="logits")(x)
     model = keras.Model(images, logits, name="convs_only")
     model.compile(
-        optimizer=keras.optimizers.Adam(
-            keras.optimizers.schedules.ExponentialDecay(1e-3, decay_steps=2000, decay_rate=0.96)
-        ),
+        optimizer=default_optimizer(1e-3, decay_steps=2000, decay_rate=0.96),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )

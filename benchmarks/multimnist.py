@@ -21,6 +21,11 @@ on a GPU, for as long as you can give it:
     KERAS_BACKEND=tensorflow python benchmarks/multimnist.py --full --minutes 600 \\
         --test-pairs 10000
 
+Then draw figure 5 of the paper from the saved model:
+
+    KERAS_BACKEND=tensorflow python benchmarks/multimnist.py --save runs/mm.keras
+    keras-capsules figures runs/mm.keras --kind multimnist --count 8
+
 Smoke test:
 
     KERAS_BACKEND=tensorflow python benchmarks/multimnist.py --max-steps 2 --test-pairs 100
@@ -29,14 +34,12 @@ Smoke test:
 import argparse
 import json
 import os
-import sys
 import time
 
 import _child  # noqa: F401  (puts the repository root on sys.path, defaults the backend)
-
-
-def log(*args):
-    print(*args, file=sys.stderr, flush=True)
+from _training import budget_callback
+from _training import device
+from _training import log
 
 
 def parse_args(argv=None):
@@ -63,56 +66,18 @@ def parse_args(argv=None):
     )
     p.add_argument("--test-pairs", type=int, default=2000, help="test examples (2000)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--save", default=None, help="write the trained model here (.keras), for `figures`"
+    )
     p.add_argument("--log-every", type=int, default=100, help="steps between progress lines")
     args = p.parse_args(argv)
+    if args.save:
+        os.makedirs(os.path.dirname(os.path.abspath(args.save)), exist_ok=True)
     if args.full:
         args.conv_filters, args.primary_capsules = 256, 32
     if not 1 <= args.test_pairs <= 10000:
         p.error("--test-pairs must be in [1, 10000]")
     return args
-
-
-def _budget_callback(seconds, max_steps, log_every):
-    import keras
-
-    class Budget(keras.callbacks.Callback):
-        """Stop training after `seconds` of wall time or `max_steps` steps; log progress."""
-
-        def __init__(self):
-            super().__init__()
-            self.steps = 0
-            self.start = None
-            self.seconds = 0.0
-
-        def on_train_begin(self, logs=None):
-            self.start = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.steps += 1
-            self.seconds = time.perf_counter() - self.start
-            if self.steps % log_every == 0:
-                shown = {k: round(float(v), 4) for k, v in (logs or {}).items()}
-                log(f"step {self.steps} ({self.seconds:.0f} s): {shown}")
-            if self.seconds >= seconds or (max_steps is not None and self.steps >= max_steps):
-                self.model.stop_training = True
-
-    return Budget()
-
-
-def _device():
-    import keras
-
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
-        if gpus:
-            return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-    elif keras.backend.backend() == "jax":
-        import jax
-
-        return str(jax.devices()[0])
-    return "cpu"
 
 
 def main(argv=None):
@@ -149,7 +114,7 @@ def main(argv=None):
         f"primary_capsules={args.primary_capsules}, batch {args.batch}, "
         f"budget {args.minutes} min, backend {keras.backend.backend()}"
     )
-    budget = _budget_callback(args.minutes * 60.0, args.max_steps, args.log_every)
+    budget = budget_callback(args.minutes * 60.0, args.max_steps, args.log_every)
     history = model.fit(train, epochs=1, verbose=0, callbacks=[budget]).history
     log(f"trained {budget.steps} steps in {budget.seconds:.0f} s; evaluating")
 
@@ -164,7 +129,7 @@ def main(argv=None):
 
     report = {
         "backend": os.environ.get("KERAS_BACKEND", keras.backend.backend()),
-        "device": _device(),
+        "device": device(),
         "parameters": model.count_params(),
         "conv_filters": args.conv_filters,
         "primary_capsules": args.primary_capsules,
@@ -185,6 +150,9 @@ def main(argv=None):
         "eval_seconds": round(eval_seconds, 1),
         "seed": args.seed,
     }
+    if args.save:
+        model.save(args.save)
+        report["saved"] = args.save
     print(json.dumps(report), flush=True)
 
 
