@@ -126,7 +126,9 @@ def _build_parser():
     figures.add_argument("--output", default="figures", help="folder for the PNG files")
     figures.add_argument("--count", type=int, default=8, help="images in the grids")
     figures.add_argument("--index", type=int, default=0, help="first test image to draw")
-    figures.add_argument("--dims", default=None, help="dimensions: comma-separated (all)")
+    figures.add_argument(
+        "--dims", default=None, help="--kind dimensions: the rows, e.g. 0,3,7 (all)"
+    )
     figures.add_argument(
         "--steps",
         default=None,
@@ -139,7 +141,8 @@ def _build_parser():
     figures.add_argument("--overlay", choices=("sum", "max"), default="sum", help="MultiMNIST")
 
     explore = commands.add_parser(
-        "explore", help="open the capsule explorer: pick or draw a digit, move 16 sliders"
+        "explore",
+        help="serve the capsule explorer: pick or draw a digit, perturb its capsule with sliders",
     )
     explore.add_argument("model_path", help="a .keras file with a decoder")
     explore.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1: this machine)")

@@ -13,11 +13,11 @@ KINDS = ("reconstructions", "dimensions", "multimnist", "routing")
 FILES = {kind: f"{kind}.png" for kind in KINDS}
 
 
-def _fail(message):
-    raise SystemExit(f"keras-capsules figures: {message}")
+def _fail(message, command="figures"):
+    raise SystemExit(f"keras-capsules {command}: {message}")
 
 
-def _test_images(model, args):
+def _test_images(model, args, command="figures"):
     """`(images, labels, pair_labels)`: test images of the model's size and their classes."""
     from keras_capsules.datasets import affine
     from keras_capsules.datasets import mnist
@@ -33,7 +33,7 @@ def _test_images(model, args):
     if size == (40, 40, 1):
         images, _ = affine.expand(x_test, seed=args.seed)
         return images, y_test, None
-    _fail(f"no test images for a model of input shape {size}; figures need 28, 36 or 40 px")
+    _fail(f"no test images for a model of input shape {size}: it needs 28, 36 or 40 px", command)
 
 
 def _kinds(args, pairs):
@@ -104,7 +104,7 @@ def explore(args):
             "keras-capsules explore needs Gradio: pip install 'keras-capsules[explore]'"
         )
     model = _load_model(args.model_path)
-    x, labels, pairs = _test_images(model, args)
+    x, labels, pairs = _test_images(model, args, "explore")
     if pairs is not None:
         labels = None  # two classes per image: the picker shows none
     n = min(args.examples, len(x))
@@ -118,5 +118,7 @@ def explore(args):
             open_browser=args.open,
         )
     except ValueError as error:
-        raise SystemExit(f"keras-capsules explore: {error}") from None
+        _fail(str(error), "explore")
+    except OSError as error:  # the port is taken or cannot be bound
+        _fail(f"cannot serve on {args.host}:{args.port} (--host, --port): {error}", "explore")
     return 0

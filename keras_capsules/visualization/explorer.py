@@ -8,8 +8,6 @@ figure 4 of Sabour et al. 2017, live.
 Gradio is an optional dependency: `pip install "keras-capsules[explore]"`.
 """
 
-import os
-
 import numpy as np
 
 from keras_capsules.visualization import _common
@@ -42,7 +40,9 @@ def prepare_drawing(drawing, image_shape=(28, 28, 1)):
 
     As MNIST was made: the strokes' bounding box is scaled to fit 20x20
     pixels (keeping its aspect ratio) and placed so that its centre of mass
-    is at the centre of the `image_shape` canvas.
+    is at the centre of the `image_shape` canvas. Larger canvases (36x36
+    MultiMNIST, 40x40 expanded MNIST) get the same 20-pixel digit, as their
+    training digits are.
 
     Args:
         drawing: the sketch as an array `(h, w)`, `(h, w, 3)` or `(h, w, 4)`
@@ -77,8 +77,7 @@ def prepare_drawing(drawing, image_shape=(28, 28, 1)):
     cols = np.flatnonzero(ink.max(axis=0) > 0.1)
     ink = ink[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
     height, width = image_shape[:2]
-    box = max(1, round(_MNIST_BOX * min(height, width) / 28))
-    scale = box / max(ink.shape)
+    scale = min(_MNIST_BOX, height, width) / max(ink.shape)
     new_h, new_w = max(1, round(ink.shape[0] * scale)), max(1, round(ink.shape[1] * scale))
     ink = _resize(ink, new_h, new_w)
     canvas = np.zeros((height, width), "float32")
@@ -136,9 +135,9 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
 
     Returns:
         A `gradio.Blocks`. Its components carry stable `elem_id`s:
-        `index` (the test image slider), `sketch`, `use-drawing`, `input`,
-        `lengths`, `capsule`, `dim-0` ... `dim-15`, `reset` and
-        `reconstruction`.
+        `index` (the test image slider) and `label` (with `images`),
+        `sketch`, `use-drawing`, `input`, `lengths`, `capsule`, `dim-0` ...
+        `dim-{capsule_dim - 1}`, `reset` and `reconstruction`.
 
     Example:
 
@@ -159,10 +158,8 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
                 f"`images` must be a non-empty batch of shape (n,) + {tuple(model.image_shape)}. "
                 f"Received: images.shape={images.shape}"
             )
-        if labels is not None and len(labels) != len(images):
-            raise ValueError(
-                f"`labels` must give one class per image: {len(images)}. Received: {len(labels)}"
-            )
+        images = np.clip(np.round(images), 0, 255).astype("uint8")
+        labels = _common.check_labels(model, labels, len(images))
     _, blank_poses, _ = session.encode(np.zeros(model.image_shape, "float32"))
     capsule_dim = blank_poses.shape[-1]
 
@@ -224,7 +221,7 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
                 )
             with gr.Column(scale=1):
                 lengths = gr.Label(
-                    label="Class capsule lengths",
+                    label="Class capsule lengths (the probability that each digit is present)",
                     num_top_classes=model.num_classes,
                     elem_id="lengths",
                 )
@@ -253,7 +250,7 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
 
         shown = [input_view, lengths, poses_state, capsule, *sliders, reconstruction]
         if images is not None:
-            index.release(pick, index, shown, show_progress="hidden")
+            index.change(pick, index, shown, show_progress="hidden", trigger_mode="always_last")
             app.load(pick, index, shown, show_progress="hidden")
             if labels is not None:
                 describe = lambda i: f"label: **{int(labels[int(i)])}**"  # noqa: E731
@@ -267,16 +264,6 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
             )
         reset.click(lambda: [0.0] * capsule_dim, None, sliders, show_progress="hidden")
     return app
-
-
-def _offline_theme():
-    """Gradio's default theme with system fonts: the page fetches nothing from the internet."""
-    import gradio as gr
-
-    return gr.themes.Default(
-        font=["ui-sans-serif", "system-ui", "sans-serif"],
-        font_mono=["ui-monospace", "monospace"],
-    )
 
 
 def launch_explorer(
@@ -295,7 +282,6 @@ def launch_explorer(
     Returns:
         The launched `gradio.Blocks`; `app.close()` stops it.
     """
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     app = build_explorer(model, images, labels)
     app.launch(
         server_name=host,
@@ -306,6 +292,5 @@ def launch_explorer(
         show_error=True,
         quiet=False,
         footer_links=[],
-        theme=_offline_theme(),
     )
     return app

@@ -17,7 +17,7 @@ from keras_capsules.visualization import build_explorer
 from keras_capsules.visualization import prepare_drawing
 from keras_capsules.visualization.explorer import _display
 from keras_capsules.visualization.explorer import _Session
-from tests.conftest import requires_tensorflow
+from tests.conftest import BACKEND
 from tests.visualization.test_figures import tiny
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -61,7 +61,10 @@ def test_prepare_drawing_reads_transparent_rgba_and_editor_values():
     np.testing.assert_array_equal(prepare_drawing(grey), expected)
     assert prepare_drawing(np.full((280, 280, 3), 255, np.uint8)) is None
     assert prepare_drawing({"composite": None}) is None
-    assert prepare_drawing(stroke_canvas(), image_shape=(40, 40, 1)).shape == (40, 40, 1)
+    # Larger canvases get the same 20-pixel digit, as expanded MNIST and MultiMNIST have.
+    large = prepare_drawing(stroke_canvas(), image_shape=(40, 40, 1))
+    assert large.shape == (40, 40, 1)
+    assert np.flatnonzero((large[..., 0] > 127).any(axis=1)).size == 20
     with pytest.raises(ValueError, match="drawing"):
         prepare_drawing(np.zeros((2, 2, 2, 2)))
 
@@ -97,14 +100,19 @@ def test_build_explorer_checks_its_arguments(mnist_data):
         build_explorer(model, x_test[:3], y_test[:2])
     with pytest.raises(ValueError, match="decoder"):
         build_explorer(tiny(decoder_units=None), x_test[:3])
-    build_explorer(model, x_test[:3], y_test[:3])
+    with pytest.raises(ValueError, match="labels"):
+        build_explorer(model, x_test[:3], [0, 1, 10])
+    # Float images in [0, 255] and one-hot labels are taken as the figures take them.
+    build_explorer(model, x_test[:3].astype("float32"), np.eye(10)[y_test[:3]])
 
 
-def chromium_driver():
+@pytest.fixture
+def chromium():
+    """A headless Chromium driven by Selenium, closed after the test."""
     if not (CHROMIUM and CHROMEDRIVER):
         if REQUIRE_BROWSER:
             pytest.fail("KERAS_CAPSULES_REQUIRE_BROWSER=1 but chromium/chromedriver are missing")
-        pytest.skip("needs Debian's chromium and chromium-driver")
+        pytest.skip("needs Chromium and chromedriver (Debian: chromium, chromium-driver)")
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
@@ -113,7 +121,9 @@ def chromium_driver():
         options.add_argument(argument)
     options.add_argument("--window-size=1400,1400")
     options.binary_location = CHROMIUM
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
 
 
 def wait_until(condition, timeout=60, what="condition"):
@@ -137,11 +147,13 @@ def fetch_png(src):
     return np.round(image * 255).astype("uint8")
 
 
-@requires_tensorflow
-def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data):
+@pytest.mark.skipif(
+    BACKEND != "tensorflow", reason="drives the CLI in a subprocess, as the CLI tests: TensorFlow"
+)
+def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data, chromium):
     """`keras-capsules explore` in headless Chromium: moving a slider redraws the reconstruction."""
     pytest.importorskip("gradio")
-    driver = chromium_driver()
+    driver = chromium
     _, (x_test, _) = mnist_data
     model = tiny()
     model.save(tmp_path / "model.keras")
@@ -169,11 +181,14 @@ def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data):
             return found[0].get_attribute("src") if found else None
 
         before = wait_until(reconstruction_src, what="the first reconstruction")
-        lengths = driver.find_element(By.ID, "lengths").text
-        assert all(str(c) in lengths for c in range(10))
-        # The first test digit is shown, and its reconstruction with all sliders at 0.
+        # The first test digit is shown: the longest capsule heads the lengths, and the
+        # reconstruction is decoded from it with all sliders at 0.
         session = _Session(model)
         _, poses, winner = session.encode(x_test[0])
+        heading = driver.find_element(
+            By.CSS_SELECTOR, "#lengths [data-testid='label-output-value']"
+        )
+        assert heading.text.strip() == str(winner)
         zero = np.zeros(16, "float32")
         np.testing.assert_allclose(
             fetch_png(before), _display(session.decode(poses, winner, zero)), atol=1
@@ -201,7 +216,6 @@ def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data):
 
         wait_until(shows_expected, what="the reconstruction of the perturbed capsule")
     finally:
-        driver.quit()
         process.terminate()
         process.wait(timeout=30)
         log.close()

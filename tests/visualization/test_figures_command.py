@@ -48,11 +48,12 @@ def test_multimnist_kind_for_a_36_pixel_model(tmp_path, capsys):
 
 def test_bad_requests_are_clear_errors(tmp_path):
     model = saved(tmp_path, (28, 28, 1))
+    out = str(tmp_path / "figs")
     with pytest.raises(SystemExit, match="needs a model trained on MultiMNIST"):
-        cli.main(["figures", model, "--kind", "multimnist", "--output", str(tmp_path)])
+        cli.main(["figures", model, "--kind", "multimnist", "--output", out])
     with pytest.raises(SystemExit, match="--index must be in"):
-        cli.main(["figures", model, "--index", "10000", "--output", str(tmp_path)])
+        cli.main(["figures", model, "--index", "10000", "--output", out])
     with pytest.raises(SystemExit, match="dims"):
-        cli.main(["figures", model, "--kind", "dimensions", "--dims", "99"])
+        cli.main(["figures", model, "--kind", "dimensions", "--dims", "99", "--output", out])
     with pytest.raises(SystemExit, match="no model at"):
         cli.main(["figures", str(tmp_path / "missing.keras")])
