@@ -54,6 +54,18 @@ def parse_args(argv=None):
     p.add_argument(
         "--cnn-filters", default="64,64,32", help="CNN conv channels (64,64,32; paper 256,256,128)"
     )
+    p.add_argument(
+        "--cnn-pooling",
+        choices=("max", "none"),
+        default="max",
+        help="2x2 max pooling after each CNN convolution (max), or none as the paper's MNIST CNN",
+    )
+    p.add_argument(
+        "--cnn-target",
+        type=float,
+        default=None,
+        help="skip CapsNet and train the CNN to this validation accuracy (e.g. from a CapsNet run)",
+    )
     p.add_argument("--val-size", type=int, default=5000, help="held-out training digits (5000)")
     p.add_argument("--check-every", type=int, default=100, help="CNN steps between checks")
     p.add_argument("--check-size", type=int, default=2000, help="validation digits per check")
@@ -153,19 +165,26 @@ def main(argv=None):
     def stream(seed):
         return affine.training_pipeline(x_fit, y_fit, batch_size=args.batch, seed=seed)
 
-    capsnet = applications.CapsNetMNIST(
-        input_shape=(40, 40, 1),
-        conv_filters=args.conv_filters,
-        primary_capsules=args.primary_capsules,
-    )
-    capsnet_result = train_and_test(
-        "CapsNet", capsnet, stream(args.seed), args.minutes, args.max_steps, evaluate
-    )
-    capsnet_result.update(conv_filters=args.conv_filters, primary_capsules=args.primary_capsules)
+    capsnet = capsnet_result = None
+    if args.cnn_target is None:
+        capsnet = applications.CapsNetMNIST(
+            input_shape=(40, 40, 1),
+            conv_filters=args.conv_filters,
+            primary_capsules=args.primary_capsules,
+        )
+        capsnet_result = train_and_test(
+            "CapsNet", capsnet, stream(args.seed), args.minutes, args.max_steps, evaluate
+        )
+        capsnet_result.update(
+            conv_filters=args.conv_filters, primary_capsules=args.primary_capsules
+        )
 
     keras.utils.set_random_seed(args.seed)
-    cnn = applications.BaselineCNN(input_shape=(40, 40, 1), filters=args.cnn_filters, pooling="max")
-    target = capsnet_result["val_expanded_accuracy"]
+    pooling = None if args.cnn_pooling == "none" else "max"
+    cnn = applications.BaselineCNN(
+        input_shape=(40, 40, 1), filters=args.cnn_filters, pooling=pooling
+    )
+    target = args.cnn_target or capsnet_result["val_expanded_accuracy"]
     match = match_callback(
         lambda: accuracy(cnn, x_val[: args.check_size], y_val[: args.check_size]),
         target,
@@ -174,7 +193,12 @@ def main(argv=None):
     cnn_result = train_and_test(
         "BaselineCNN", cnn, stream(args.seed), args.cnn_minutes, args.max_steps, evaluate, [match]
     )
-    cnn_result.update(filters=list(args.cnn_filters), pooling="max", validation_checks=match.checks)
+    cnn_result.update(
+        filters=list(args.cnn_filters),
+        pooling=args.cnn_pooling,
+        target=target,
+        validation_checks=match.checks,
+    )
 
     report = {
         "backend": os.environ.get("KERAS_BACKEND", keras.backend.backend()),
@@ -186,14 +210,17 @@ def main(argv=None):
         "affnist_ranges": affine.AFFNIST_RANGES,
         "capsnet": capsnet_result,
         "cnn": cnn_result,
-        "affnist_gap_points": round(
+        "affnist_gap_points": None
+        if capsnet_result is None
+        else round(
             100 * (capsnet_result["test_affnist_accuracy"] - cnn_result["test_affnist_accuracy"]),
             2,
         ),
         "seed": args.seed,
     }
     if args.save_dir:
-        capsnet.save(os.path.join(args.save_dir, "capsnet.keras"))
+        if capsnet is not None:
+            capsnet.save(os.path.join(args.save_dir, "capsnet.keras"))
         cnn.save(os.path.join(args.save_dir, "cnn.keras"))
         report["saved"] = args.save_dir
     print(json.dumps(report), flush=True)
