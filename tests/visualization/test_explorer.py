@@ -151,7 +151,10 @@ def fetch_png(src):
     BACKEND != "tensorflow", reason="drives the CLI in a subprocess, as the CLI tests: TensorFlow"
 )
 def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data, chromium):
-    """`keras-capsules explore` in headless Chromium: moving a slider redraws the reconstruction."""
+    """`keras-capsules explore` in headless Chromium: a slider redraws the reconstruction.
+
+    Also draws a digit with the brush and checks the page encodes the drawing.
+    """
     pytest.importorskip("gradio")
     driver = chromium
     _, (x_test, _) = mnist_data
@@ -171,6 +174,7 @@ def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data, chr
             wait_for_http(port, "/", process, timeout=180)
         except RuntimeError as error:
             raise AssertionError(f"{error}:\n{(tmp_path / 'explore.log').read_text()}") from None
+        from selenium.webdriver.common.action_chains import ActionChains
         from selenium.webdriver.common.by import By
         from selenium.webdriver.common.keys import Keys
 
@@ -185,10 +189,11 @@ def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data, chr
         # reconstruction is decoded from it with all sliders at 0.
         session = _Session(model)
         _, poses, winner = session.encode(x_test[0])
-        heading = driver.find_element(
-            By.CSS_SELECTOR, "#lengths [data-testid='label-output-value']"
+        top = "#lengths [data-testid='label-output-value']"
+        wait_until(
+            lambda: driver.find_element(By.CSS_SELECTOR, top).text.strip() == str(winner),
+            what=f"capsule {winner} at the top of the lengths",
         )
-        assert heading.text.strip() == str(winner)
         zero = np.zeros(16, "float32")
         np.testing.assert_allclose(
             fetch_png(before), _display(session.decode(poses, winner, zero)), atol=1
@@ -215,6 +220,34 @@ def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data, chr
             return np.abs(fetch_png(src).astype(int) - expected).max() <= 1
 
         wait_until(shows_expected, what="the reconstruction of the perturbed capsule")
+
+        # Draw a vertical stroke with the brush and use it: the page shows it as a
+        # 20-pixel-high MNIST-style digit and encodes exactly that image.
+        def input_src():
+            return driver.find_element(By.CSS_SELECTOR, "#input img").get_attribute("src")
+
+        picked = input_src()
+        sketch = driver.find_element(By.ID, "sketch")
+        sketch.find_element(By.CSS_SELECTOR, "button[aria-label='Brush']").click()
+        canvas = sketch.find_elements(By.CSS_SELECTOR, "canvas")[-1]
+        stroke = ActionChains(driver).move_to_element_with_offset(canvas, 0, -100).click_and_hold()
+        for _ in range(20):
+            stroke.move_by_offset(0, 10)
+        stroke.release().perform()
+        driver.find_element(By.ID, "use-drawing").click()
+        drawn_src = wait_until(
+            lambda: (src := input_src()) != picked and src, what="the drawing as the input"
+        )
+        drawn = fetch_png(drawn_src)[::8, ::8]  # the page shows the 28x28 input 8 times larger
+        rows = np.flatnonzero((drawn > 127).any(axis=1))
+        cols = np.flatnonzero((drawn > 127).any(axis=0))
+        assert drawn.shape == (28, 28) and rows[-1] - rows[0] + 1 == 20
+        assert cols[-1] - cols[0] + 1 < 10
+        _, _, drawn_winner = session.encode(drawn[..., None])
+        wait_until(
+            lambda: driver.find_element(By.CSS_SELECTOR, top).text.strip() == str(drawn_winner),
+            what=f"capsule {drawn_winner} of the drawing at the top of the lengths",
+        )
     finally:
         process.terminate()
         process.wait(timeout=30)
