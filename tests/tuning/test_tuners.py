@@ -47,22 +47,34 @@ def test_create_tuner_rejects_bad_arguments(kwargs, message, tmp_path):
         create_tuner(CapsNetHyperModel(), directory=str(tmp_path), **kwargs)
 
 
-def test_lost_worker_trial_is_retried_and_late_results_ignored(tmp_path, monkeypatch):
-    """The chief's oracle, driven directly (the gRPC service only forwards these calls)."""
-    directory = str(tmp_path)
+def chief_tuner(directory, monkeypatch, max_trials=3):
+    """A chief's tuner whose oracle the tests drive directly, as the gRPC service would."""
     monkeypatch.setenv("KERASTUNER_ORACLE_IP", "127.0.0.1")
     monkeypatch.setenv("KERASTUNER_ORACLE_PORT", "1")  # nothing listens: no search is run
     monkeypatch.setenv("KERASTUNER_TUNER_ID", "chief")
-    tuner = create_tuner(
+    return create_tuner(
         DenseHyperModel(),
         "random",
         objective="loss",
-        max_trials=3,
+        max_trials=max_trials,
         directory=directory,
         lease_seconds=5,
         heartbeat_seconds=1,
         seed=1,
     )
+
+
+def chief_oracle(directory, monkeypatch, max_trials=3):
+    """A chief's oracle, its state saved as `search` does on the chief."""
+    tuner = chief_tuner(directory, monkeypatch, max_trials)
+    tuner.save()  # a restarted chief reloads this state
+    return tuner.oracle
+
+
+def test_lost_worker_trial_is_retried_and_late_results_ignored(tmp_path, monkeypatch):
+    """The chief's oracle, driven directly (the gRPC service only forwards these calls)."""
+    directory = str(tmp_path)
+    tuner = chief_tuner(directory, monkeypatch)
     oracle = tuner.oracle
     first, second = oracle.create_trial("w0"), oracle.create_trial("w1")
     oracle.get_trial(first.trial_id)  # w0's heartbeat
@@ -111,25 +123,6 @@ def test_lost_worker_trial_is_retried_and_late_results_ignored(tmp_path, monkeyp
     assert table.splitlines()[2].split() == ["trial", second.trial_id, first.trial_id]
     assert table.splitlines()[3].split() == ["loss", "0.2500", "0.5000"]
     assert table.splitlines()[4].split()[0] == "units"
-
-
-def chief_oracle(directory, monkeypatch, max_trials=3):
-    """A chief's oracle, driven directly as the gRPC service would."""
-    monkeypatch.setenv("KERASTUNER_ORACLE_IP", "127.0.0.1")
-    monkeypatch.setenv("KERASTUNER_ORACLE_PORT", "1")  # nothing listens: no search is run
-    monkeypatch.setenv("KERASTUNER_TUNER_ID", "chief")
-    tuner = create_tuner(
-        DenseHyperModel(),
-        "random",
-        objective="loss",
-        max_trials=max_trials,
-        directory=directory,
-        lease_seconds=5,
-        heartbeat_seconds=1,
-        seed=1,
-    )
-    tuner.save()  # as `search` does on the chief: a restarted chief reloads the state
-    return tuner.oracle
 
 
 def complete(oracle, trial, loss):
