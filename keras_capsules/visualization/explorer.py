@@ -150,15 +150,8 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
     session = _Session(model)
     height, width, _ = model.image_shape
     if images is not None:
-        images = np.asarray(images)
-        if images.ndim == 3:
-            images = images[..., None]
-        if images.ndim != 4 or images.shape[1:] != tuple(model.image_shape) or not len(images):
-            raise ValueError(
-                f"`images` must be a non-empty batch of shape (n,) + {tuple(model.image_shape)}. "
-                f"Received: images.shape={images.shape}"
-            )
-        images = np.clip(np.round(images), 0, 255).astype("uint8")
+        images = _common.check_images(model, images, name="images")
+        images = np.round(images).astype("uint8")  # checked to lie in [0, 255]
         labels = _common.check_labels(model, labels, len(images))
     _, blank_poses, _ = session.encode(np.zeros(model.image_shape, "float32"))
     capsule_dim = blank_poses.shape[-1]
