@@ -2,6 +2,9 @@
 
 from keras import ops
 
+from keras_capsules._autodiff import recompute_gradient
+from keras_capsules._autodiff import supports_recompute_gradient
+from keras_capsules._autodiff import vjp
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
 
@@ -290,6 +293,7 @@ def em_route(
     variance_epsilon,
     initial_responsibility,
     log_normalize,
+    gradient="auto",
 ):
     """The iterations of EM routing, shared by `em_routing` and the matrix capsule layers.
 
@@ -310,32 +314,101 @@ def em_route(
             shaped like `R`, to `log R`, normalising over all the parents of
             each child (a convolutional layer's children have parents at
             several sites).
+        gradient: how the gradient reaches the votes. `"autodiff"`: plain
+            automatic differentiation, which keeps several tensors of the
+            votes' size per iteration for the backward pass and adds up one
+            gradient of that size per contraction. `"structured"`: the votes
+            enter routing only through contractions with small per-parent
+            tensors, so their gradient is a sum of outer products; the
+            backward pass recomputes the iterations (cheap: small tensors),
+            differentiates them with respect to the contractions' results and
+            forms the votes' gradient as one batched matrix product. Only the
+            votes are kept between the passes. `"auto"` (default) is
+            `"structured"` on the TensorFlow and JAX backends and
+            `"autodiff"` elsewhere. Both give the same gradients up to
+            float32 rounding.
 
     Returns:
         `(poses, activations, R)`: `(batch, sites, num_outputs, 16)`,
         `(batch, sites, num_outputs)` and the last E-step's `R` (`None` after
         a single iteration).
     """
+    if gradient not in ("auto", "autodiff", "structured"):
+        raise ValueError(
+            "`gradient` must be 'auto', 'autodiff' or 'structured'. "
+            f"Received: gradient={gradient!r}"
+        )
+    if gradient == "auto":
+        gradient = "structured" if supports_recompute_gradient() else "autodiff"
     if ops.dtype(votes) != "float32":
         votes = ops.cast(votes, "float32")
     if ops.dtype(activations) != "float32":
         activations = ops.cast(activations, "float32")
     beta_v = ops.cast(beta_v, "float32")
     beta_a = ops.cast(beta_a, "float32")
-    dim = votes.shape[-1]
-    # The squares are computed once; every step contracts the votes or their squares
-    # with small per-parent tensors (batched matrix-vector products).
-    squares = ops.square(votes)
+    settings = {
+        "schedule": inverse_temperatures(iterations, inverse_temperature),
+        "dim": votes.shape[-1],
+        "variance_epsilon": variance_epsilon,
+        "initial_responsibility": initial_responsibility,
+        "log_normalize": log_normalize,
+    }
+    if gradient == "autodiff":
+        squares = ops.square(votes)
+
+        def moments(t, weights):
+            return _contract_inputs(weights, votes), _contract_inputs(weights, squares)
+
+        def deviations(t, inverse, weighted_mean):
+            return _contract_pose(squares, inverse) - 2.0 * _contract_pose(votes, weighted_mean)
+
+        return _em_iterations(moments, deviations, activations, beta_v, beta_a, **settings)
+    route = recompute_gradient(
+        lambda *args: _structured_forward(*args, settings),
+        lambda args, upstream: _structured_backward(args, upstream, settings),
+    )
+    outputs = route(votes, activations, beta_v, beta_a)
+    return outputs[0], outputs[1], (outputs[2] if iterations > 1 else None)
+
+
+def _contract_inputs(weights, x):  # sum_i weights[..., j, i] x[..., j, i, :]
+    return ops.squeeze(ops.matmul(ops.expand_dims(weights, -2), x), -2)
+
+
+def _contract_pose(x, coefficients):  # sum_h x[..., j, i, h] coefficients[..., j, h]
+    return ops.squeeze(ops.matmul(x, ops.expand_dims(coefficients, -1)), -1)
+
+
+def _em_iterations(
+    moments,
+    deviations,
+    activations,
+    beta_v,
+    beta_a,
+    schedule,
+    dim,
+    variance_epsilon,
+    initial_responsibility,
+    log_normalize,
+):
+    """EM routing's iterations, given how to contract the votes.
+
+    The votes `V` and their squares `S` enter only through two contractions
+    with small tensors, so that callers choose how to compute (and
+    differentiate) them:
+
+    - `moments(t, weights)`: `(sum_i w V, sum_i w S)`, each
+      `(batch, sites, outputs, 16)`, for the M-step of iteration `t`;
+    - `deviations(t, inverse, weighted_mean)`:
+      `sum_h S inverse - 2 sum_h V weighted_mean`,
+      `(batch, sites, outputs, inputs)`, for its E-step.
+
+    The squared deviations are expanded, `sum_h (V - mu)^2 / var =
+    sum_h V^2 / var - 2 V mu / var + mu^2 / var`, so that no tensor of the
+    votes' size is created per iteration.
+    """
     child_activations = ops.expand_dims(activations, 2)  # (batch, sites, 1, inputs)
-
-    def contract_inputs(weights, x):  # sum_i weights[..., j, i] x[..., j, i, :]
-        return ops.squeeze(ops.matmul(ops.expand_dims(weights, -2), x), -2)
-
-    def contract_pose(x, coefficients):  # sum_h x[..., j, i, h] coefficients[..., j, h]
-        return ops.squeeze(ops.matmul(x, ops.expand_dims(coefficients, -1)), -1)
-
     responsibility = None
-    schedule = inverse_temperatures(iterations, inverse_temperature)
     for t, lam in enumerate(schedule):
         # M-step.
         if responsibility is None:
@@ -344,23 +417,93 @@ def em_route(
             weights = responsibility * child_activations
         total = ops.sum(weights, axis=-1)
         scale = ops.expand_dims(1.0 / (total + EM_EPSILON), -1)
-        mean = contract_inputs(weights, votes) * scale
-        second_moment = contract_inputs(weights, squares) * scale
-        variance = ops.maximum(second_moment - ops.square(mean), 0.0) + variance_epsilon
+        first, second = moments(t, weights)
+        mean = first * scale
+        variance = ops.maximum(second * scale - ops.square(mean), 0.0) + variance_epsilon
         log_variance = ops.log(variance)
         cost = (dim * beta_v + 0.5 * ops.sum(log_variance, axis=-1)) * total
         logit_a = lam * (beta_a - cost)
-        if t == iterations - 1:
+        if t == len(schedule) - 1:
             return mean, ops.sigmoid(logit_a), responsibility
-        # E-step, in log space: log a[j] + log N(V[i, j]; mu[j], var[j]), with
-        # sum_h (V - mu)^2 / var = sum_h V^2 / var - 2 V mu / var + mu^2 / var.
+        # E-step, in log space: log a[j] + log N(V[i, j]; mu[j], var[j]).
         inverse = 1.0 / variance
-        squared = contract_pose(squares, inverse) - 2.0 * contract_pose(votes, mean * inverse)
+        squared = deviations(t, inverse, mean * inverse)
         offset = ops.sum(ops.square(mean) * inverse, axis=-1, keepdims=True)
         squared = ops.maximum(squared + offset, 0.0)  # (batch, sites, outputs, inputs)
         log_norm = -0.5 * (ops.sum(log_variance, axis=-1, keepdims=True) + dim * _LOG_2PI)
         logits = ops.expand_dims(ops.log_sigmoid(logit_a), -1) + log_norm - 0.5 * squared
         responsibility = ops.exp(log_normalize(logits))
+
+
+def _structured_forward(votes, activations, beta_v, beta_a, settings):
+    squares = ops.square(votes)
+
+    def moments(t, weights):
+        return _contract_inputs(weights, votes), _contract_inputs(weights, squares)
+
+    def deviations(t, inverse, weighted_mean):
+        return _contract_pose(squares, inverse) - 2.0 * _contract_pose(votes, weighted_mean)
+
+    mean, acts, resp = _em_iterations(moments, deviations, activations, beta_v, beta_a, **settings)
+    return (mean, acts) if resp is None else (mean, acts, resp)
+
+
+def _structured_backward(args, upstream, settings):
+    """The gradient of `_structured_forward`, the votes' part as one batched product.
+
+    Every contraction of the votes is `sum_i w[i] V[i, :]` or
+    `sum_h V[i, h] c[h]` with small `w` or `c`, so with `g` the gradient of its
+    result, its share of the votes' gradient is the outer product `w g^T` or
+    `g c^T`. The iterations are recomputed with a zero *probe* added to each
+    contraction's result; differentiating with respect to the probes gives
+    every `g`, and stacking the `w`, `g` and `c` turns the sum of outer
+    products into one matrix product per batch, site and parent. The squares
+    `S = V^2` add `2 V dS`.
+    """
+    votes, activations, beta_v, beta_a = args
+    iterations = len(settings["schedule"])
+    squares = ops.square(votes)
+    # Distinct tensors: a backend may add up the gradients of a repeated one.
+    probes = [ops.zeros_like(votes[..., 0, :]) for _ in range(2 * iterations)]  # (..., 16)
+    probes += [ops.zeros_like(votes[..., 0]) for _ in range(iterations - 1)]  # (..., inputs)
+    shape_of_r = ops.zeros_like(votes[..., 0])
+
+    def recompute(activations, beta_v, beta_a, *probes):
+        weights, coefficients = [], []
+
+        def moments(t, w):
+            weights.append(w + shape_of_r)  # the first iteration's w broadcasts
+            return (
+                _contract_inputs(w, votes) + probes[2 * t],
+                _contract_inputs(w, squares) + probes[2 * t + 1],
+            )
+
+        def deviations(t, inverse, weighted_mean):
+            coefficients.append((-2.0 * weighted_mean, inverse))
+            return (
+                _contract_pose(squares, inverse)
+                - 2.0 * _contract_pose(votes, weighted_mean)
+                + probes[2 * iterations + t]
+            )
+
+        mean, acts, resp = _em_iterations(
+            moments, deviations, activations, beta_v, beta_a, **settings
+        )
+        outputs = (mean, acts) if resp is None else (mean, acts, resp)
+        return outputs, (weights, coefficients)
+
+    grads, (weights, coefficients) = vjp(
+        recompute, [activations, beta_v, beta_a, *probes], upstream
+    )
+    d_moments = grads[3 : 3 + 2 * iterations]
+    d_deviations = grads[3 + 2 * iterations :]
+    # dV = sum_t w_t dmean_t^T + sum_t ddev_t (-2 mu inv)_t^T, and
+    # dS = sum_t w_t dsecond_t^T + sum_t ddev_t inv_t^T, one product each.
+    left = ops.stack(weights + d_deviations, axis=-1)  # (batch, sites, outputs, inputs, k)
+    right_v = ops.stack(d_moments[0::2] + [c[0] for c in coefficients], axis=-2)
+    right_s = ops.stack(d_moments[1::2] + [c[1] for c in coefficients], axis=-2)
+    d_votes = ops.matmul(left, right_v) + votes * ops.matmul(left, 2.0 * right_s)
+    return [d_votes] + list(grads[:3])
 
 
 def convolution_sites(height, width, kernel_size, strides):

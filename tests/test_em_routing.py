@@ -4,8 +4,12 @@ from keras import ops
 
 from keras_capsules.routing import EM_EPSILON
 from keras_capsules.routing import convolution_sites
+from keras_capsules.routing import em_route
 from keras_capsules.routing import em_routing
 from keras_capsules.routing import inverse_temperatures
+from keras_capsules.routing import normalize_over_outputs
+from keras_capsules.routing import normalize_over_positions
+from tests.conftest import BACKEND
 from tests.conftest import gradient
 
 
@@ -223,3 +227,101 @@ def test_convolution_sites_lists_every_reader_of_every_child():
         assert counts[child] == len(listed)
     with pytest.raises(ValueError, match="kernel_size"):
         convolution_sites(2, 2, 3, 1)
+
+
+def _gradients(fn, inputs):
+    """Gradients of the scalar `fn(*inputs)` with respect to every input."""
+    inputs = [ops.convert_to_tensor(x) for x in inputs]
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            for x in inputs:
+                tape.watch(x)
+            value = fn(*inputs)
+        return [ops.convert_to_numpy(g) for g in tape.gradient(value, inputs)]
+    import jax
+
+    grads = jax.jit(jax.grad(fn, argnums=tuple(range(len(inputs)))))(*inputs)
+    return [np.asarray(g) for g in grads]
+
+
+def _conv_normalizer(grid, kernel_size, strides):
+    children, parents_of, counts, (out_h, out_w) = convolution_sites(
+        grid, grid, kernel_size, strides
+    )
+    return children, parents_of, counts, out_h * out_w
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="the structured gradient is for TF and JAX")
+@pytest.mark.parametrize("layout", ["fully_connected", "convolutional"])
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_structured_gradient_equals_automatic_differentiation(layout, iterations):
+    rng = np.random.default_rng(5)
+    outputs, types = 3, 2
+    if layout == "fully_connected":
+        sites, inputs = 1, 10
+        initial = 1.0 / outputs
+        normalize = normalize_over_outputs
+    else:
+        children, parents_of, counts, sites = _conv_normalizer(4, 3, 1)
+        patch = 9
+        inputs = patch * types
+        initial = np.repeat(1.0 / (counts[children] * outputs), types).astype("float32")
+        initial = initial.reshape(1, sites, 1, inputs)
+
+        def normalize(logits):
+            logits = ops.reshape(logits, (2, sites, outputs, patch, types))
+            log_r = normalize_over_positions(logits, children, parents_of)
+            return ops.reshape(log_r, (2, sites, outputs, inputs))
+
+    votes = rng.normal(size=(2, sites, outputs, inputs, 16)).astype("float32")
+    activations = rng.uniform(size=(2, sites, inputs)).astype("float32")
+    beta_v = rng.normal(size=outputs).astype("float32")
+    beta_a = rng.normal(size=outputs).astype("float32")
+    # Arbitrary weights on every output, the responsibilities included.
+    w_poses = rng.normal(size=(2, sites, outputs, 16)).astype("float32")
+    w_acts = rng.normal(size=(2, sites, outputs)).astype("float32")
+    w_resp = rng.normal(size=(2, sites, outputs, inputs)).astype("float32")
+
+    def loss(method):
+        def fn(v, a, bv, ba):
+            poses, acts, resp = em_route(
+                v, a, bv, ba, iterations, 0.05, 1e-4, initial, normalize, gradient=method
+            )
+            total = ops.sum(poses * w_poses) + ops.sum(acts * w_acts)
+            return total if resp is None else total + ops.sum(resp * w_resp)
+
+        return fn
+
+    args = [votes, activations, beta_v, beta_a]
+    expected = _gradients(loss("autodiff"), args)
+    structured = _gradients(loss("structured"), args)
+    for name, want, got in zip(["votes", "activations", "beta_v", "beta_a"], expected, structured):
+        assert np.all(np.isfinite(got)), name
+        assert np.abs(want).max() > 1e-3, name  # the comparison is not vacuous
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    # Same values either way.
+    a = em_route(*args, iterations, 0.05, 1e-4, initial, normalize, gradient="autodiff")
+    b = em_route(*args, iterations, 0.05, 1e-4, initial, normalize, gradient="structured")
+    for x, y in zip(a[:2], b[:2]):
+        np.testing.assert_allclose(ops.convert_to_numpy(x), ops.convert_to_numpy(y), rtol=1e-6)
+
+
+def test_gradient_method_is_checked():
+    args = (np.zeros((1, 1, 2, 3, 16), "float32"), np.ones((1, 1, 3), "float32"))
+    with pytest.raises(ValueError, match="gradient"):
+        em_route(*args, np.zeros(2), np.zeros(2), 2, 0.01, 1e-4, 0.5, None, gradient="exact")
+    if BACKEND == "torch":
+        with pytest.raises(NotImplementedError, match="torch"):
+            em_route(
+                *args,
+                np.zeros(2),
+                np.zeros(2),
+                2,
+                0.01,
+                1e-4,
+                0.5,
+                normalize_over_outputs,
+                gradient="structured",
+            )
