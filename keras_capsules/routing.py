@@ -208,7 +208,10 @@ def em_routing(
     sum_h V^2 / var - 2 V mu / var + mu^2 / var`, so that every step is a
     contraction of the votes (and their squares, computed once) with small
     per-parent tensors: no tensor of the votes' size is created per iteration.
-    Routing computes in float32 for float16 / bfloat16 inputs.
+    On TensorFlow and JAX the votes' gradient is formed as one batched product
+    (see `em_route`'s `gradient`), so training keeps no per-iteration tensor of
+    the votes' size either. Routing computes in float32 for float16 /
+    bfloat16 inputs.
 
     Args:
         votes: `V[i, j]`, shape `(batch, num_inputs, num_outputs, 16)`: each
