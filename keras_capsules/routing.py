@@ -357,14 +357,7 @@ def em_route(
         "log_normalize": log_normalize,
     }
     if gradient == "autodiff":
-        squares = ops.square(votes)
-
-        def moments(t, weights):
-            return _contract_inputs(weights, votes), _contract_inputs(weights, squares)
-
-        def deviations(t, inverse, weighted_mean):
-            return _contract_pose(squares, inverse) - 2.0 * _contract_pose(votes, weighted_mean)
-
+        moments, deviations = _contractions(votes)
         return _em_iterations(moments, deviations, activations, beta_v, beta_a, **settings)
     route = recompute_gradient(
         lambda *args: _structured_forward(*args, settings),
@@ -438,7 +431,8 @@ def _em_iterations(
         responsibility = ops.exp(log_normalize(logits))
 
 
-def _structured_forward(votes, activations, beta_v, beta_a, settings):
+def _contractions(votes):
+    """`_em_iterations`' `moments` and `deviations`, computed directly from the votes."""
     squares = ops.square(votes)
 
     def moments(t, weights):
@@ -447,6 +441,11 @@ def _structured_forward(votes, activations, beta_v, beta_a, settings):
     def deviations(t, inverse, weighted_mean):
         return _contract_pose(squares, inverse) - 2.0 * _contract_pose(votes, weighted_mean)
 
+    return moments, deviations
+
+
+def _structured_forward(votes, activations, beta_v, beta_a, settings):
+    moments, deviations = _contractions(votes)
     mean, acts, resp = _em_iterations(moments, deviations, activations, beta_v, beta_a, **settings)
     return (mean, acts) if resp is None else (mean, acts, resp)
 
