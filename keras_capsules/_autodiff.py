@@ -48,7 +48,7 @@ def recompute_gradient(forward, backward):
 
             return outputs, grad
 
-        return lambda *args: function(*args)
+        return function
     if backend == "jax":
         import jax
 

@@ -464,7 +464,7 @@ def _structured_backward(args, upstream, settings):
     """
     votes, activations, beta_v, beta_a = args
     iterations = len(settings["schedule"])
-    squares = ops.square(votes)
+    direct_moments, direct_deviations = _contractions(votes)
     # Distinct tensors: a backend may add up the gradients of a repeated one.
     probes = [ops.zeros_like(votes[..., 0, :]) for _ in range(2 * iterations)]  # (..., 16)
     probes += [ops.zeros_like(votes[..., 0]) for _ in range(iterations - 1)]  # (..., inputs)
@@ -475,18 +475,12 @@ def _structured_backward(args, upstream, settings):
 
         def moments(t, w):
             weights.append(w + shape_of_r)  # the first iteration's w broadcasts
-            return (
-                _contract_inputs(w, votes) + probes[2 * t],
-                _contract_inputs(w, squares) + probes[2 * t + 1],
-            )
+            first, second = direct_moments(t, w)
+            return first + probes[2 * t], second + probes[2 * t + 1]
 
         def deviations(t, inverse, weighted_mean):
             coefficients.append((-2.0 * weighted_mean, inverse))
-            return (
-                _contract_pose(squares, inverse)
-                - 2.0 * _contract_pose(votes, weighted_mean)
-                + probes[2 * iterations + t]
-            )
+            return direct_deviations(t, inverse, weighted_mean) + probes[2 * iterations + t]
 
         mean, acts, resp = _em_iterations(
             moments, deviations, activations, beta_v, beta_a, **settings
