@@ -27,9 +27,11 @@ class CapsuleLayer(keras.layers.Layer):
         stop_gradient: stop the gradient through the routing iterations before
             the last one. `False` (the paper) by default.
         kernel_initializer: initializer of `W`. The default, a normal
-            distribution with standard deviation 0.05, gives output capsules
-            of useful length at initialisation; `glorot_uniform` on this
-            4D kernel gives near-zero votes and a network that learns very slowly.
+            distribution with standard deviation 0.02, gives output capsules
+            of useful length at initialisation and the best first epoch we
+            measured on MNIST (0.015 to 0.02; 0.05 and 0.1 learn less in it);
+            `glorot_uniform` on this 4D kernel gives near-zero votes and a
+            network that learns very slowly.
         kernel_regularizer: optional regularizer of `W`.
         **kwargs: base layer arguments such as `name` and `dtype`.
 
@@ -74,7 +76,7 @@ class CapsuleLayer(keras.layers.Layer):
         self.share_weights = bool(share_weights)
         self.stop_gradient = bool(stop_gradient)
         if kernel_initializer is None:
-            kernel_initializer = keras.initializers.RandomNormal(stddev=0.05)
+            kernel_initializer = keras.initializers.RandomNormal(stddev=0.02)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.input_spec = keras.layers.InputSpec(ndim=3)
