@@ -10,6 +10,7 @@ import pytest
 
 import applications
 from keras_capsules import layers
+from keras_capsules import ops as capsule_ops
 from keras_capsules.serving import export_saved_model
 from keras_capsules.serving import latest_version_dir
 from tests.conftest import BACKEND
@@ -219,7 +220,9 @@ def test_models_built_from_layers(tmp_path):
     ](images=tf.constant(x))
     poses = vector_model.predict(x, verbose=0)
     np.testing.assert_allclose(served["poses"], poses, atol=1e-5)
-    np.testing.assert_allclose(served["probabilities"], np.linalg.norm(poses, axis=-1), atol=1e-5)
+    # The served length is `ops.length`: sqrt(|v|^2 + epsilon), finite at zero.
+    lengths = np.sqrt(np.sum(np.square(poses), axis=-1) + capsule_ops.EPSILON)
+    np.testing.assert_allclose(served["probabilities"], lengths, rtol=1e-5, atol=1e-6)
 
     inputs = keras.Input((8, 8, 1))
     poses, activations = layers.PrimaryMatrixCapsule(2)(keras.layers.Conv2D(4, 1)(inputs))
