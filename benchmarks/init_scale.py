@@ -58,24 +58,13 @@ def parse_args(argv=None):
     return args
 
 
-def shifted(images, rng, max_shift=2):
-    """Each image shifted by up to `max_shift` pixels each way, zero padded (NumPy)."""
-    import numpy as np
-
-    n, height, width = images.shape[:3]
-    pad = ((0, 0), (max_shift, max_shift), (max_shift, max_shift)) + ((0, 0),) * (images.ndim - 3)
-    padded = np.pad(images, pad)
-    rows = rng.integers(0, 2 * max_shift + 1, n)[:, None] + np.arange(height)
-    cols = rng.integers(0, 2 * max_shift + 1, n)[:, None] + np.arange(width)
-    return padded[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]]
-
-
 def run_one(std, steps, seed, pipeline):
     import keras
     import numpy as np
 
     import applications
     from keras_capsules.datasets import mnist
+    from keras_capsules.datasets import multimnist
     from keras_capsules.layers import CapsuleLayer
 
     keras.utils.set_random_seed(seed)
@@ -87,7 +76,10 @@ def run_one(std, steps, seed, pipeline):
     start = time.perf_counter()
     if pipeline == "numpy":
         count = min(steps * 100, len(x_train))
-        images = shifted(x_train[:count], rng)[..., None]
+        # multimnist.shift draws on a larger canvas; the centre crop is the
+        # same-size image shifted by up to 2 px with zero padding.
+        shifts = rng.integers(-2, 3, (count, 2))
+        images = multimnist.shift(x_train[:count], shifts, max_shift=2)[:, 2:-2, 2:-2, None]
         model.fit(images, y_train[:count], batch_size=100, epochs=1, shuffle=True, verbose=0)
     else:
         train = mnist.training_pipeline(x_train, y_train, batch_size=100, seed=seed).take(steps)
