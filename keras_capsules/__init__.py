@@ -1,5 +1,7 @@
 """keras-capsules: capsule networks for Keras 3."""
 
+# First: it must run before TensorFlow allocates its first tensor.
+from keras_capsules import _allocator  # noqa: F401
 from keras_capsules import callbacks
 from keras_capsules import datasets
 from keras_capsules import distribute

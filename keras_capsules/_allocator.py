@@ -1,0 +1,27 @@
+"""Pool TensorFlow's CPU memory instead of returning it to the system at every step.
+
+TensorFlow's default CPU allocator takes every large tensor from the C
+library, which maps it fresh from the operating system and unmaps it when the
+tensor is freed. The next step's tensor of the same size then faults its
+pages in again, one page at a time. Capsule layers create tensors of tens of
+MB per step (EM routing's votes, dynamic routing's weighted inputs), so on a
+CPU a large share of a training step went to page faults (system time).
+
+TensorFlow's BFC allocator keeps freed memory in a pool and reuses it, which
+removes those faults. It is chosen with the `TF_CPU_ALLOCATOR_USE_BFC`
+environment variable, read once, when TensorFlow first allocates a tensor.
+Importing `keras_capsules` sets it to `"true"` unless it is already set: set
+it to `"false"` before importing to keep TensorFlow's default. It has no
+effect if TensorFlow ran an operation before `keras_capsules` was imported,
+and none on the JAX and PyTorch backends.
+
+The pool holds at most what the process needed at its peak, so the peak
+memory is about the same; memory is returned to the system when the process
+ends. `docs/scaling.md` ("CPU memory allocator") has the measurements.
+"""
+
+import os
+
+ENVIRONMENT_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
+
+os.environ.setdefault(ENVIRONMENT_VARIABLE, "true")

@@ -1,0 +1,40 @@
+"""Importing keras_capsules selects TensorFlow's pooling (BFC) CPU allocator, unless told not to."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import requires_tensorflow
+
+# TensorFlow reports allocator statistics for the CPU only when the BFC
+# allocator serves it; the default allocator raises ValueError.
+_PROBE = """
+import keras_capsules
+import tensorflow as tf
+x = tf.ones((256, 256)) * 2.0
+try:
+    stats = tf.config.experimental.get_memory_info("CPU:0")
+    print("pooled", stats["peak"] >= 256 * 256 * 4)
+except ValueError:
+    print("default")
+"""
+
+
+def _probe(value):
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
+    if value is not None:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = value
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("value, expected", [(None, "pooled True"), ("false", "default")])
+def test_import_chooses_the_pooling_allocator_unless_the_user_did(value, expected):
+    assert _probe(value) == expected
