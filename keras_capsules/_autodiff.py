@@ -22,14 +22,19 @@ def recompute_gradient(forward, backward):
     """A function of tensors with the gradient `backward` defines.
 
     Args:
-        forward: `forward(*args) -> outputs`, a tuple of tensors.
-        backward: `backward(args, upstream) -> grads`: `upstream` holds one
-            cotangent per output (zeros where the output is unused), and
+        forward: `forward(*args) -> (outputs, saved)`: a tuple of tensors, and
+            a list of (small) tensors the backward pass reuses instead of
+            computing them again.
+        backward: `backward(args, saved, upstream) -> grads`: `upstream` holds
+            one cotangent per output (zeros where the output is unused), and
             `grads` one gradient per argument.
 
     Returns:
         A function with the values of `forward` and the gradient of `backward`.
-        Only the arguments stay alive between the forward and backward passes.
+        Only the arguments and `saved` stay alive between the forward and
+        backward passes, and the backward pass starts only once `upstream`
+        exists: a graph runtime may not run it early, during the forward pass,
+        where its temporaries would add to the forward pass's memory.
     """
     backend = keras.backend.backend()
     if backend == "tensorflow":
@@ -37,14 +42,16 @@ def recompute_gradient(forward, backward):
 
         @tf.custom_gradient
         def function(*args):
-            outputs = forward(*args)
+            outputs, saved = forward(*args)
 
             def grad(*upstream):
                 upstream = [
                     tf.zeros_like(o) if u is None else u
                     for u, o in zip(upstream, outputs, strict=True)
                 ]
-                return tuple(backward(args, upstream))
+                with tf.control_dependencies(upstream):
+                    args_after = [tf.identity(a) for a in args]
+                return tuple(backward(args_after, saved, upstream))
 
             return outputs, grad
 
@@ -54,17 +61,72 @@ def recompute_gradient(forward, backward):
 
         @jax.custom_vjp
         def function(*args):
-            return forward(*args)
+            return forward(*args)[0]
 
         def function_forward(*args):
-            return forward(*args), args
+            outputs, saved = forward(*args)
+            return outputs, (args, saved)
 
-        def function_backward(args, upstream):
-            return tuple(backward(args, list(upstream)))
+        def function_backward(residuals, upstream):
+            args, saved = residuals
+            return tuple(backward(args, saved, list(upstream)))
 
         function.defvjp(function_forward, function_backward)
         return function
     raise NotImplementedError(f"recompute_gradient does not support the {backend} backend.")
+
+
+def with_gradient(values, constants, args, gradient):
+    """`values`, already computed from `args`, with the gradient `gradient` defines.
+
+    A recomputation inside a backward pass (`recompute_gradient`) reuses the
+    values the forward pass saved instead of computing them again, while the
+    derivatives with respect to their inputs still flow through it.
+
+    Args:
+        values: a tuple of tensors, the values of some function of `args` and
+            `constants` that the caller computed earlier.
+        constants: a tuple of tensors the gradient needs; no gradient reaches
+            them.
+        args: a tuple of tensors to differentiate with respect to.
+        gradient: `gradient(constants, upstream) -> grads`: one cotangent per
+            value in, one gradient per arg out.
+
+    Returns:
+        `values`, as a tuple of tensors.
+    """
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        @tf.custom_gradient
+        def function(*args):
+            def grad(*upstream):
+                upstream = [
+                    tf.zeros_like(v) if u is None else u
+                    for u, v in zip(upstream, values, strict=True)
+                ]
+                return tuple(gradient(constants, upstream))
+
+            return tuple(tf.identity(v) for v in values), grad
+
+        return function(*args)
+    if backend == "jax":
+        import jax
+
+        @jax.custom_vjp
+        def function(values, constants, args):
+            return values
+
+        def function_forward(values, constants, args):
+            return values, constants
+
+        def function_backward(constants, upstream):
+            return None, None, tuple(gradient(constants, list(upstream)))
+
+        function.defvjp(function_forward, function_backward)
+        return function(tuple(values), tuple(constants), tuple(args))
+    raise NotImplementedError(f"with_gradient does not support the {backend} backend.")
 
 
 def vjp(function, primals, cotangents):

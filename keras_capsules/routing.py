@@ -5,6 +5,7 @@ from keras import ops
 from keras_capsules._autodiff import recompute_gradient
 from keras_capsules._autodiff import supports_recompute_gradient
 from keras_capsules._autodiff import vjp
+from keras_capsules._autodiff import with_gradient
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
 
@@ -323,10 +324,11 @@ def em_route(
             gradient of that size per contraction. `"structured"`: the votes
             enter routing only through contractions with small per-parent
             tensors, so their gradient is a sum of outer products; the
-            backward pass recomputes the iterations (cheap: small tensors),
-            differentiates them with respect to the contractions' results and
-            forms the votes' gradient as one batched matrix product. Only the
-            votes are kept between the passes. `"auto"` (default) is
+            backward pass recomputes the iterations on small tensors (the
+            contractions' results are kept from the forward pass),
+            differentiates them with respect to those results and forms the
+            votes' gradient as one batched matrix product. Only the votes and
+            small tensors are kept between the passes. `"auto"` (default) is
             `"structured"` on the TensorFlow and JAX backends and
             `"autodiff"` elsewhere. Both give the same gradients up to
             float32 rounding.
@@ -361,7 +363,7 @@ def em_route(
         return _em_iterations(moments, deviations, activations, beta_v, beta_a, **settings)
     route = recompute_gradient(
         lambda *args: _structured_forward(*args, settings),
-        lambda args, upstream: _structured_backward(args, upstream, settings),
+        lambda args, saved, upstream: _structured_backward(args, saved, upstream, settings),
     )
     outputs = route(votes, activations, beta_v, beta_a)
     return outputs[0], outputs[1], (outputs[2] if iterations > 1 else None)
@@ -445,42 +447,80 @@ def _contractions(votes):
 
 
 def _structured_forward(votes, activations, beta_v, beta_a, settings):
-    moments, deviations = _contractions(votes)
+    """`_em_iterations` on the votes; also returns every contraction's result.
+
+    The backward pass reuses those results (`_structured_backward`), so it
+    contracts the votes only where a derivative needs them.
+    """
+    direct_moments, direct_deviations = _contractions(votes)
+    moments_done, deviations_done = [], []
+
+    def moments(t, weights):
+        result = direct_moments(t, weights)
+        moments_done.extend(result)
+        return result
+
+    def deviations(t, inverse, weighted_mean):
+        result = direct_deviations(t, inverse, weighted_mean)
+        deviations_done.append(result)
+        return result
+
     mean, acts, resp = _em_iterations(moments, deviations, activations, beta_v, beta_a, **settings)
-    return (mean, acts) if resp is None else (mean, acts, resp)
+    outputs = (mean, acts) if resp is None else (mean, acts, resp)
+    return outputs, moments_done + deviations_done
 
 
-def _structured_backward(args, upstream, settings):
+def _structured_backward(args, saved, upstream, settings):
     """The gradient of `_structured_forward`, the votes' part as one batched product.
 
     Every contraction of the votes is `sum_i w[i] V[i, :]` or
     `sum_h V[i, h] c[h]` with small `w` or `c`, so with `g` the gradient of its
     result, its share of the votes' gradient is the outer product `w g^T` or
-    `g c^T`. The iterations are recomputed with a zero *probe* added to each
-    contraction's result; differentiating with respect to the probes gives
-    every `g`, and stacking the `w`, `g` and `c` turns the sum of outer
-    products into one matrix product per batch, site and parent. The squares
-    `S = V^2` add `2 V dS`.
+    `g c^T`. The iterations are recomputed on the small tensors, each
+    contraction taking its value from the forward pass (`saved`) plus a zero
+    *probe*; differentiating with respect to the probes gives every `g`, and
+    stacking the `w`, `g` and `c` turns the sum of outer products into one
+    matrix product per batch, site and parent. The squares `S = V^2` add
+    `2 V dS`. The votes are read only where a derivative needs them: the
+    contractions' derivatives with respect to `w` and `c`, and that product.
     """
     votes, activations, beta_v, beta_a = args
+    squares = ops.square(votes)
     iterations = len(settings["schedule"])
-    direct_moments, direct_deviations = _contractions(votes)
+    saved_moments, saved_deviations = saved[: 2 * iterations], saved[2 * iterations :]
     # Distinct tensors: a backend may add up the gradients of a repeated one.
     probes = [ops.zeros_like(votes[..., 0, :]) for _ in range(2 * iterations)]  # (..., 16)
     probes += [ops.zeros_like(votes[..., 0]) for _ in range(iterations - 1)]  # (..., inputs)
     shape_of_r = ops.zeros_like(votes[..., 0])
 
+    def moments_gradient(constants, upstream):  # d/dw of (sum_i w V, sum_i w S)
+        v, s = constants
+        return (_contract_pose(v, upstream[0]) + _contract_pose(s, upstream[1]),)
+
+    def deviations_gradient(constants, upstream):  # d/d(inverse, weighted mean)
+        v, s = constants
+        return (_contract_inputs(upstream[0], s), -2.0 * _contract_inputs(upstream[0], v))
+
     def recompute(activations, beta_v, beta_a, *probes):
         weights, coefficients = [], []
 
         def moments(t, w):
-            weights.append(w + shape_of_r)  # the first iteration's w broadcasts
-            first, second = direct_moments(t, w)
+            w = w + shape_of_r  # the first iteration's w broadcasts
+            weights.append(w)
+            first, second = with_gradient(
+                saved_moments[2 * t : 2 * t + 2], (votes, squares), (w,), moments_gradient
+            )
             return first + probes[2 * t], second + probes[2 * t + 1]
 
         def deviations(t, inverse, weighted_mean):
             coefficients.append((-2.0 * weighted_mean, inverse))
-            return direct_deviations(t, inverse, weighted_mean) + probes[2 * iterations + t]
+            (squared,) = with_gradient(
+                (saved_deviations[t],),
+                (votes, squares),
+                (inverse, weighted_mean),
+                deviations_gradient,
+            )
+            return squared + probes[2 * iterations + t]
 
         mean, acts, resp = _em_iterations(
             moments, deviations, activations, beta_v, beta_a, **settings
