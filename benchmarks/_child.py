@@ -2,8 +2,8 @@
 
 Each measurement gets a fresh process so that its peak RSS (`ru_maxrss`) is its own.
 Importing this module (before Keras) also puts the repository root on `sys.path`, so
-the scripts run from a checkout without installing it, and defaults the backend to
-TensorFlow with its C++ logs quietened.
+the scripts run from a checkout without installing it, defaults the backend to
+TensorFlow with its C++ logs quietened, and chooses the CPU allocator (below).
 """
 
 import json
@@ -17,6 +17,12 @@ if _ROOT not in sys.path:
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Importing keras_capsules pools TensorFlow's CPU memory (keras_capsules/_allocator.py),
+# but only if TensorFlow has not allocated yet. Set it for every measurement, so that
+# a baseline that runs TensorFlow before importing keras_capsules gets the same
+# allocator as the model it is compared with. TF_CPU_ALLOCATOR_USE_BFC=false measures
+# TensorFlow's default allocator for all of them.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 
 def child_argv(script, args, only):
