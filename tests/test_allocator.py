@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import requires_tensorflow
+from tests.conftest import BACKEND
 
 # TensorFlow reports allocator statistics for the CPU only when the BFC
 # allocator serves it; the default allocator raises ValueError.
@@ -34,7 +34,7 @@ def _probe(value):
     return result.stdout.strip().splitlines()[-1]
 
 
-@requires_tensorflow
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="a TensorFlow allocator")
 @pytest.mark.parametrize("value, expected", [(None, "pooled True"), ("false", "default")])
 def test_import_chooses_the_pooling_allocator_unless_the_user_did(value, expected):
     assert _probe(value) == expected
