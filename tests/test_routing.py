@@ -3,6 +3,8 @@ import pytest
 from keras import ops
 
 from keras_capsules.routing import dynamic_routing
+from keras_capsules.routing import route_by_agreement
+from tests.conftest import BACKEND
 from tests.conftest import gradient
 
 
@@ -62,6 +64,67 @@ def test_stop_gradient_changes_gradients_not_outputs():
     g1 = gradient(lambda v: dynamic_routing(v, 1), votes)
     gb1 = gradient(lambda v: dynamic_routing(v, 1, stop_gradient=True), votes)
     np.testing.assert_allclose(g1, gb1, atol=1e-6)  # one iteration: nothing to stop
+
+
+def test_gradient_matches_finite_differences_of_procedure_1():
+    """The votes' gradient (the default method of each backend) against float64 NumPy."""
+    rng = np.random.default_rng(3)
+    votes = rng.normal(size=(2, 5, 3, 4))
+    w_out = rng.normal(size=(2, 3, 4))
+    w_coupling = rng.normal(size=(2, 5, 3))
+
+    def objective(v):
+        outputs, coupling = numpy_procedure_1(v, 3)
+        return np.sum(outputs * w_out) + np.sum(coupling * w_coupling)
+
+    expected = np.zeros_like(votes)
+    step = 1e-6
+    for index in np.ndindex(votes.shape):
+        shift = np.zeros_like(votes)
+        shift[index] = step
+        expected[index] = (objective(votes + shift) - objective(votes - shift)) / (2 * step)
+
+    weights = [ops.convert_to_tensor(w.astype("float32")) for w in (w_out, w_coupling)]
+
+    def fn(v):
+        outputs, coupling = dynamic_routing(v, 3, return_coupling=True)
+        return ops.sum(outputs * weights[0]) + ops.sum(coupling * weights[1])
+
+    got = gradient(fn, votes.astype("float32"))
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4 * np.abs(expected).max())
+
+
+def _votes_gradient(method, votes, w_out, w_coupling, routings):
+    def fn(v):
+        outputs, coupling = route_by_agreement(v, routings, return_coupling=True, gradient=method)
+        return ops.sum(outputs * w_out) + ops.sum(coupling * w_coupling)
+
+    return gradient(fn, votes)
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="the structured gradient is for TF and JAX")
+@pytest.mark.parametrize("routings", [2, 3, 5])
+def test_structured_gradient_equals_automatic_differentiation(routings):
+    rng = np.random.default_rng(routings)
+    votes = rng.normal(size=(2, 4, 30, 6)).astype("float32")  # (batch, outputs, inputs, dim)
+    w_out = rng.normal(size=(2, 4, 6)).astype("float32")
+    w_coupling = rng.normal(size=(2, 30, 4)).astype("float32")
+    expected = _votes_gradient("autodiff", votes, w_out, w_coupling, routings)
+    got = _votes_gradient("structured", votes, w_out, w_coupling, routings)
+    assert np.abs(expected).max() > 1e-3  # the comparison is not vacuous
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+    a = route_by_agreement(votes, routings, return_coupling=True, gradient="autodiff")
+    b = route_by_agreement(votes, routings, return_coupling=True, gradient="structured")
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(ops.convert_to_numpy(x), ops.convert_to_numpy(y), rtol=1e-6)
+
+
+def test_gradient_method_is_checked():
+    votes = np.zeros((1, 2, 3, 4), "float32")
+    with pytest.raises(ValueError, match="gradient"):
+        route_by_agreement(votes, 3, gradient="exact")
+    with pytest.raises(ValueError, match="stop_gradient"):
+        route_by_agreement(votes, 3, stop_gradient=True, gradient="structured")
 
 
 @pytest.mark.parametrize("routings", [1, 3, 5])

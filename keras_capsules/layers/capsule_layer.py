@@ -2,9 +2,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_positive_int
-from keras_capsules.routing import coupling_by_input
 from keras_capsules.routing import route_by_agreement
-from keras_capsules.routing import routing_loop
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -127,68 +125,13 @@ class CapsuleLayer(keras.layers.Layer):
         return ops.transpose(votes, (1, 2, 0, 3))
 
     def call(self, inputs, return_coupling=False):
-        if self.share_weights:
-            outputs, coupling = route_by_agreement(
-                self._votes(inputs),
-                routings=self.routings,
-                stop_gradient=self.stop_gradient,
-                return_coupling=return_coupling,
-            )
-            return (outputs, coupling) if return_coupling else outputs
-        return self._route_without_votes(inputs, return_coupling)
-
-    def _route_without_votes(self, inputs, return_coupling):
-        """Procedure 1 with `W` factored out of every contraction.
-
-        `s[j] = sum_i c[i, j] W[i, j] u_i` is one matrix product per output
-        capsule of `c[i, j] u_i` (flattened over inputs x input dims) with
-        `W[:, j]`, and the agreement `u_hat[j|i] . v_j = u_i . (W[i, j]^T v_j)`
-        is one product of `v_j` with `W[:, j]^T` followed by a sum over the
-        input dimension. The largest tensors are `(outputs, batch, inputs,
-        input_dim)`, half the size of the votes for the paper's 8D -> 16D
-        capsules, and the heavy work is matrix products with a long
-        contraction axis instead of many small ones.
-        """
-        dtype = self.compute_dtype
-        u = ops.cast(inputs, "float32")
-        kernel = ops.cast(self.kernel, "float32")
-        num_inputs, input_dim = self.kernel.shape[0], self.kernel.shape[1]
-        flat = num_inputs * input_dim
-        n_out, dim = self.num_capsules, self.capsule_dim
-        inner_u = ops.stop_gradient(u) if self.stop_gradient else u
-        inner_kernel = ops.stop_gradient(kernel) if self.stop_gradient else kernel
-
-        def per_output(k):  # (outputs, inputs * input_dim, dim)
-            return ops.transpose(ops.reshape(k, (flat, n_out, dim)), (1, 0, 2))
-
-        w = per_output(kernel)
-        inner_w = per_output(inner_kernel)
-        inner_w_t = ops.transpose(inner_w, (0, 2, 1))  # once, not every iteration
-
-        def uniform_sum(last):
-            x, k = (u, kernel) if last else (inner_u, inner_kernel)
-            s = ops.matmul(ops.reshape(x, (-1, flat)), ops.reshape(k, (flat, n_out * dim)))
-            return ops.reshape(s, (-1, n_out, dim)) / float(n_out)
-
-        def weighted_sum(coupling, last):  # coupling: (outputs, batch, inputs)
-            x, k = (u, w) if last else (inner_u, inner_w)
-            weighted_inputs = ops.expand_dims(coupling, -1) * ops.expand_dims(x, 0)
-            s = ops.matmul(ops.reshape(weighted_inputs, (n_out, -1, flat)), k)
-            return ops.transpose(s, (1, 0, 2))  # (batch, outputs, dim)
-
-        def agreement(outputs):
-            back = ops.matmul(ops.transpose(outputs, (1, 0, 2)), inner_w_t)
-            back = ops.reshape(back, (n_out, -1, num_inputs, input_dim))
-            return ops.sum(back * ops.expand_dims(inner_u, 0), axis=-1)  # (outputs, batch, inputs)
-
-        outputs, coupling = routing_loop(
-            uniform_sum, weighted_sum, agreement, self.routings, output_axis=0
+        outputs, coupling = route_by_agreement(
+            self._votes(inputs),
+            routings=self.routings,
+            stop_gradient=self.stop_gradient,
+            return_coupling=return_coupling,
         )
-        outputs = ops.cast(outputs, dtype)
-        if not return_coupling:
-            return outputs
-        shape = ops.shape(u)
-        return outputs, coupling_by_input(coupling, (1, 2, 0), shape[0], shape[1], n_out)
+        return (outputs, coupling) if return_coupling else outputs
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.num_capsules, self.capsule_dim)
