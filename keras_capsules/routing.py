@@ -663,7 +663,8 @@ def _structured_backward(args, saved, upstream, settings):
     d_deviations = grads[3 + 2 * iterations :]
     # dV = sum_t w_t dmean_t^T + sum_t ddev_t (-2 mu inv)_t^T, and
     # dS = sum_t w_t dsecond_t^T + sum_t ddev_t inv_t^T, one product each.
-    left = ops.stack(weights + d_deviations, axis=-1)  # (batch, sites, outputs, inputs, k)
+    # Stacked on a new second-to-last axis and transposed (see `_structured_agreement`).
+    left = ops.swapaxes(ops.stack(weights + d_deviations, axis=-2), -1, -2)  # (..., inputs, k)
     right_v = ops.stack(d_moments[0::2] + [c[0] for c in coefficients], axis=-2)
     right_s = ops.stack(d_moments[1::2] + [c[1] for c in coefficients], axis=-2)
     d_votes = ops.matmul(left, right_v) + votes * ops.matmul(left, 2.0 * right_s)
