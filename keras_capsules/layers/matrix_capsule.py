@@ -137,8 +137,11 @@ class MatrixCapsule(keras.layers.Layer):
         grid = ops.reshape(grid, (batch, height * width, types, 17))
         patches = ops.take(grid, self._children, axis=1)
         patches = ops.reshape(patches, (batch, sites, num_inputs, 17))
-        child_poses = ops.reshape(patches[..., :16], (batch, sites, num_inputs, 4, 4))
-        child_activations = patches[..., 16]
+        # A split, not two slices: the gradient of a slice is a full-size tensor
+        # of zeros around it (TensorFlow's StridedSliceGrad), one per slice.
+        child_poses, child_activations = ops.split(patches, [16], axis=-1)
+        child_poses = ops.reshape(child_poses, (batch, sites, num_inputs, 4, 4))
+        child_activations = ops.squeeze(child_activations, -1)
         kernel = ops.cast(self.kernel, "float32")
         # votes[b, s, j, i] = pose[b, s, i] @ W[i, j]: one (batch sites 4 x 4) @
         # (4 x types 4) product per input, then one transpose to routing's layout

@@ -91,10 +91,10 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         features = self.conv(inputs)
         shape = ops.shape(features)
         grid = (shape[0], shape[1], shape[2])
-        poses = ops.reshape(
-            features[..., : 16 * self.capsule_types], grid + (self.capsule_types, 16)
-        )
-        activations = ops.sigmoid(features[..., 16 * self.capsule_types :])
+        # A split, not two slices, whose gradients would each be a full-size tensor.
+        poses, logits = ops.split(features, [16 * self.capsule_types], axis=-1)
+        poses = ops.reshape(poses, grid + (self.capsule_types, 16))
+        activations = ops.sigmoid(logits)
         return poses, activations
 
     def compute_output_shape(self, input_shape):
