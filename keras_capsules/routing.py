@@ -232,8 +232,8 @@ def coupling_by_input(coupling, perm, batch, num_inputs, num_outputs):
 def routing_loop(uniform_sum, weighted_sum, agreement, routings, output_axis):
     """The iterations of Procedure 1, independent of how the votes are stored.
 
-    The contractions are supplied by the caller, so that layers may compute them
-    without materialising the votes (`CapsuleLayer` does):
+    The contractions are supplied by the caller, so that the forward pass and
+    the recomputation in `_structured_agreement`'s backward pass share the loop:
 
     - `uniform_sum(last)`: `s` for the first iteration, where `b = 0` makes
       every coupling coefficient `1 / num_outputs`.
