@@ -2,10 +2,12 @@
 
 `keras.ops.custom_gradient` lets a function define its own gradient, but
 Keras has no backend-independent way to differentiate *inside* that gradient
-(a vector-Jacobian product). EM routing needs one: its backward pass recomputes
-the cheap part of the forward pass and differentiates it with respect to a few
-small tensors, then forms the gradient of the large votes itself
-(`keras_capsules.routing.em_route`). This module is the only place that
+(a vector-Jacobian product). Both routing procedures need one: their backward
+passes recompute the cheap part of the forward pass and differentiate it with
+respect to a few small tensors, then form the gradient of the large votes
+themselves (`keras_capsules.routing.em_route` and `route_by_agreement`). On
+TensorFlow the result is a first-order gradient only: the values a backward
+pass reuses from its forward pass are constants to an outer tape. This module is the only place that
 touches a backend directly; on backends it does not cover, callers use plain
 automatic differentiation instead.
 """

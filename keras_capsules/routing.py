@@ -12,7 +12,7 @@ from keras_capsules.ops import squash
 _LOW_PRECISION = ("float16", "bfloat16")
 
 
-def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=False):
+def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=False, gradient="auto"):
     """Dynamic routing between capsules (Sabour et al. 2017, Procedure 1).
 
     Starting from logits `b[i, j] = 0`, each of the `routings` iterations
@@ -38,6 +38,10 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
         return_coupling: if `True`, also return the coupling coefficients
             `c` used in the last iteration, shape
             `(batch, num_inputs, num_outputs)`; they sum to 1 over outputs.
+        gradient: how the gradient reaches the votes: `"auto"` (default),
+            `"structured"` or `"autodiff"`; see `route_by_agreement`. The
+            values are the same either way. Use `"autodiff"` for gradients of
+            gradients on TensorFlow.
 
     Returns:
         The output capsules `v`, shape `(batch, num_outputs, output_dim)`, or
@@ -62,7 +66,7 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
         )
     votes = ops.convert_to_tensor(votes)
     outputs, coupling = route_by_agreement(
-        ops.transpose(votes, (0, 2, 1, 3)), routings, stop_gradient, return_coupling
+        ops.transpose(votes, (0, 2, 1, 3)), routings, stop_gradient, return_coupling, gradient
     )
     if not return_coupling:
         return outputs
@@ -84,20 +88,29 @@ def route_by_agreement(
     gradient of the votes' size per contraction (five for 3 routings) and adds
     them up; `"structured"` forms it as one batched matrix product
     (`_structured_agreement`). `"auto"` (default) is `"structured"` on the
-    TensorFlow and JAX backends for 2 or more routings without
-    `stop_gradient`, and `"autodiff"` otherwise. Both give the same gradients
-    up to float32 rounding.
+    TensorFlow and JAX backends without `stop_gradient`, and `"autodiff"`
+    otherwise; a single routing has one contraction and always uses
+    `"autodiff"`. Both give the same gradients up to float32 rounding.
+
+    On TensorFlow the structured gradient is a first-order gradient only: a
+    gradient of the gradient (a gradient penalty, a Hessian-vector product)
+    does not see the values its backward pass reuses from the forward pass,
+    and comes out wrong without an error. Use `"autodiff"` there. On JAX
+    both methods differentiate twice correctly.
     """
     if gradient not in ("auto", "autodiff", "structured"):
         raise ValueError(
             "`gradient` must be 'auto', 'autodiff' or 'structured'. "
             f"Received: gradient={gradient!r}"
         )
-    if gradient == "auto":
-        structured = supports_recompute_gradient() and routings > 1 and not stop_gradient
-        gradient = "structured" if structured else "autodiff"
     if gradient == "structured" and stop_gradient:
         raise ValueError("`gradient='structured'` does not support `stop_gradient=True`.")
+    if gradient == "auto":
+        gradient = (
+            "structured" if supports_recompute_gradient() and not stop_gradient else "autodiff"
+        )
+    if routings == 1:
+        gradient = "autodiff"  # one uniform sum: nothing to structure
     dtype = ops.dtype(votes)
     if dtype in _LOW_PRECISION:
         votes = ops.cast(votes, "float32")
@@ -109,8 +122,10 @@ def route_by_agreement(
         outputs = ops.cast(outputs, dtype)
     if not return_coupling:
         return outputs, None
-    shape = ops.shape(votes)
-    return outputs, coupling_by_input(coupling, (0, 2, 1), shape[0], shape[2], votes.shape[1])
+    if coupling is None:  # a single routing: every coefficient is 1 / num_outputs
+        shape = ops.shape(votes)
+        return outputs, ops.full((shape[0], shape[2], shape[1]), 1.0 / votes.shape[1])
+    return outputs, ops.transpose(coupling, (0, 2, 1))
 
 
 def _agreement_contractions(votes, inner_votes=None, record=None):
@@ -139,7 +154,7 @@ def _agreement_iterations(votes, routings, stop_gradient):
     """Procedure 1 on the votes, differentiated automatically."""
     inner_votes = ops.stop_gradient(votes) if stop_gradient else votes
     contractions = _agreement_contractions(votes, inner_votes)
-    return routing_loop(*contractions, routings, output_axis=1)
+    return routing_loop(*contractions, routings)
 
 
 def _structured_agreement(routings):
@@ -168,9 +183,7 @@ def _structured_agreement(routings):
             saved.append(x)
             return x
 
-        outputs, coupling = routing_loop(
-            *_agreement_contractions(votes, record=record), routings, output_axis=1
-        )
+        outputs, coupling = routing_loop(*_agreement_contractions(votes, record=record), routings)
         return (outputs, coupling), saved
 
     def backward(args, saved, upstream):
@@ -202,7 +215,7 @@ def _structured_agreement(routings):
                 (a,) = with_gradient((saved[k],), (votes,), (outputs,), agreement_gradient)
                 return a + probes[k]
 
-            results = routing_loop(uniform_sum, weighted_sum, agreement, routings, output_axis=1)
+            results = routing_loop(uniform_sum, weighted_sum, agreement, routings)
             return results, factors
 
         # Distinct tensors: a backend may add up the gradients of a repeated one.
@@ -218,18 +231,7 @@ def _structured_agreement(routings):
     return recompute_gradient(forward, backward)
 
 
-def coupling_by_input(coupling, perm, batch, num_inputs, num_outputs):
-    """`routing_loop`'s coupling coefficients as `(batch, num_inputs, num_outputs)`.
-
-    `perm` transposes the loop's layout to that one. After a single iteration
-    the loop has none (`None`): every coefficient is then `1 / num_outputs`.
-    """
-    if coupling is None:
-        return ops.full((batch, num_inputs, num_outputs), 1.0 / num_outputs)
-    return ops.transpose(coupling, perm)
-
-
-def routing_loop(uniform_sum, weighted_sum, agreement, routings, output_axis):
+def routing_loop(uniform_sum, weighted_sum, agreement, routings):
     """The iterations of Procedure 1, independent of how the votes are stored.
 
     The contractions are supplied by the caller, so that the forward pass and
@@ -242,8 +244,8 @@ def routing_loop(uniform_sum, weighted_sum, agreement, routings, output_axis):
 
     `last` tells whether this is the final iteration (callers that stop the
     gradient through the inner iterations use it). The logits and coupling
-    coefficients have the output capsules on `output_axis`; the softmax runs
-    over that axis. Returns the squashed outputs and the coupling coefficients
+    coefficients are laid out `(batch, outputs, inputs)`; the softmax runs
+    over the outputs. Returns the squashed outputs and the coupling coefficients
     of the last iteration (`None` after a single iteration, where they are
     uniform).
     """
@@ -254,7 +256,7 @@ def routing_loop(uniform_sum, weighted_sum, agreement, routings, output_axis):
         if logits is None:
             weighted = uniform_sum(last)
         else:
-            coupling = _softmax(logits, axis=output_axis)
+            coupling = _softmax(logits, axis=1)
             weighted = weighted_sum(coupling, last)
         outputs = squash(weighted, axis=-1)
         if not last:
@@ -459,7 +461,9 @@ def em_route(
             small tensors are kept between the passes. `"auto"` (default) is
             `"structured"` on the TensorFlow and JAX backends and
             `"autodiff"` elsewhere. Both give the same gradients up to
-            float32 rounding.
+            float32 rounding. On TensorFlow `"structured"` is first-order
+            only (see `route_by_agreement`): use `"autodiff"` for gradients
+            of gradients.
 
     Returns:
         `(poses, activations, R)`: `(batch, sites, num_outputs, 16)`,

@@ -103,7 +103,7 @@ def _votes_gradient(method, votes, w_out, w_coupling, routings):
 
 
 @pytest.mark.skipif(BACKEND == "torch", reason="the structured gradient is for TF and JAX")
-@pytest.mark.parametrize("routings", [2, 3, 5])
+@pytest.mark.parametrize("routings", [1, 2, 3, 5])
 def test_structured_gradient_equals_automatic_differentiation(routings):
     rng = np.random.default_rng(routings)
     votes = rng.normal(size=(2, 4, 30, 6)).astype("float32")  # (batch, outputs, inputs, dim)

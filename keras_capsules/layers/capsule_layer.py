@@ -31,6 +31,10 @@ class CapsuleLayer(keras.layers.Layer):
             `glorot_uniform` on this 4D kernel gives near-zero votes and a
             network that learns very slowly.
         kernel_regularizer: optional regularizer of `W`.
+        gradient: how the gradient reaches the votes (`"auto"`,
+            `"structured"` or `"autodiff"`; see
+            `keras_capsules.routing.route_by_agreement`). The default is
+            fastest; `"autodiff"` is for gradients of gradients on TensorFlow.
         **kwargs: base layer arguments such as `name` and `dtype`.
 
     Call arguments:
@@ -62,6 +66,7 @@ class CapsuleLayer(keras.layers.Layer):
         stop_gradient=False,
         kernel_initializer=None,
         kernel_regularizer=None,
+        gradient="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -73,6 +78,14 @@ class CapsuleLayer(keras.layers.Layer):
         self.routings = routings
         self.share_weights = bool(share_weights)
         self.stop_gradient = bool(stop_gradient)
+        if gradient not in ("auto", "autodiff", "structured"):
+            raise ValueError(
+                "`gradient` must be 'auto', 'autodiff' or 'structured'. "
+                f"Received: gradient={gradient!r}"
+            )
+        if gradient == "structured" and self.stop_gradient:
+            raise ValueError("`gradient='structured'` does not support `stop_gradient=True`.")
+        self.gradient = gradient
         if kernel_initializer is None:
             kernel_initializer = keras.initializers.RandomNormal(stddev=0.02)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -130,6 +143,7 @@ class CapsuleLayer(keras.layers.Layer):
             routings=self.routings,
             stop_gradient=self.stop_gradient,
             return_coupling=return_coupling,
+            gradient=self.gradient,
         )
         return (outputs, coupling) if return_coupling else outputs
 
@@ -145,6 +159,7 @@ class CapsuleLayer(keras.layers.Layer):
                 "routings": self.routings,
                 "share_weights": self.share_weights,
                 "stop_gradient": self.stop_gradient,
+                "gradient": self.gradient,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
             }

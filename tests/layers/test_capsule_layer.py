@@ -55,6 +55,11 @@ def test_gradients_reach_the_kernel_and_are_finite_at_zero():
         ({"num_capsules": 0, "capsule_dim": 16}, "num_capsules"),
         ({"num_capsules": 10, "capsule_dim": -1}, "capsule_dim"),
         ({"num_capsules": 10, "capsule_dim": 16, "routings": 0}, "routings"),
+        ({"num_capsules": 10, "capsule_dim": 16, "gradient": "exact"}, "gradient"),
+        (
+            dict(num_capsules=10, capsule_dim=16, stop_gradient=True, gradient="structured"),
+            "stop_gradient",
+        ),
     ],
 )
 def test_bad_arguments(kwargs, match):
@@ -83,6 +88,7 @@ def test_mixed_precision_is_finite(mixed_precision):
 
 @pytest.mark.parametrize("stop_gradient", [False, True])
 def test_stop_gradient_reaches_routing(stop_gradient):
+    """The layer hands `stop_gradient` to routing (the votes and values are checked above)."""
     from keras_capsules.routing import dynamic_routing
 
     layer = CapsuleLayer(3, 5, routings=3, stop_gradient=stop_gradient)
@@ -96,3 +102,16 @@ def test_stop_gradient_reaches_routing(stop_gradient):
     )
     assert not np.allclose(expected, other)
     np.testing.assert_allclose(gradient(layer, u), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("routings", [1, 2, 5])
+def test_gradient_methods_agree_through_the_layer(routings):
+    u = np.random.default_rng(routings).normal(size=(2, 9, 4)).astype("float32")
+    layers = [CapsuleLayer(3, 5, routings=routings, gradient=g) for g in ("auto", "autodiff")]
+    for layer in layers:
+        layer.build(u.shape)
+    layers[1].set_weights(layers[0].get_weights())
+    assert CapsuleLayer.from_config(layers[1].get_config()).gradient == "autodiff"
+    expected = gradient(layers[1], u)
+    assert np.abs(expected).max() > 1e-4
+    np.testing.assert_allclose(gradient(layers[0], u), expected, rtol=1e-4, atol=1e-6)
