@@ -13,6 +13,22 @@ def check_positive(name, value):
         raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
 
 
+def check_gradient_method(gradient, stop_gradient=False):
+    """Raise a `ValueError` unless `gradient` names a routing gradient method.
+
+    The methods are `"auto"`, `"autodiff"` and `"structured"`
+    (`keras_capsules.routing.route_by_agreement`, `em_route`); the structured
+    gradient does not stop the gradient through the inner iterations.
+    """
+    if gradient not in ("auto", "autodiff", "structured"):
+        raise ValueError(
+            "`gradient` must be 'auto', 'autodiff' or 'structured'. "
+            f"Received: gradient={gradient!r}"
+        )
+    if gradient == "structured" and stop_gradient:
+        raise ValueError("`gradient='structured'` does not support `stop_gradient=True`.")
+
+
 def check_image_shape(input_shape):
     """Return `input_shape` as a tuple, or raise unless it is (height, width, channels)."""
     input_shape = tuple(input_shape)

@@ -6,6 +6,7 @@ from keras_capsules._autodiff import recompute_gradient
 from keras_capsules._autodiff import supports_recompute_gradient
 from keras_capsules._autodiff import vjp
 from keras_capsules._autodiff import with_gradient
+from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
 
@@ -98,13 +99,7 @@ def route_by_agreement(
     and comes out wrong without an error. Use `"autodiff"` there. On JAX
     both methods differentiate twice correctly.
     """
-    if gradient not in ("auto", "autodiff", "structured"):
-        raise ValueError(
-            "`gradient` must be 'auto', 'autodiff' or 'structured'. "
-            f"Received: gradient={gradient!r}"
-        )
-    if gradient == "structured" and stop_gradient:
-        raise ValueError("`gradient='structured'` does not support `stop_gradient=True`.")
+    check_gradient_method(gradient, stop_gradient)
     if gradient == "auto":
         gradient = (
             "structured" if supports_recompute_gradient() and not stop_gradient else "autodiff"
@@ -470,11 +465,7 @@ def em_route(
         `(batch, sites, num_outputs)` and the last E-step's `R` (`None` after
         a single iteration).
     """
-    if gradient not in ("auto", "autodiff", "structured"):
-        raise ValueError(
-            "`gradient` must be 'auto', 'autodiff' or 'structured'. "
-            f"Received: gradient={gradient!r}"
-        )
+    check_gradient_method(gradient)
     if gradient == "auto":
         gradient = "structured" if supports_recompute_gradient() else "autodiff"
     if ops.dtype(votes) != "float32":

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
 from keras_capsules.routing import route_by_agreement
 
@@ -78,13 +79,7 @@ class CapsuleLayer(keras.layers.Layer):
         self.routings = routings
         self.share_weights = bool(share_weights)
         self.stop_gradient = bool(stop_gradient)
-        if gradient not in ("auto", "autodiff", "structured"):
-            raise ValueError(
-                "`gradient` must be 'auto', 'autodiff' or 'structured'. "
-                f"Received: gradient={gradient!r}"
-            )
-        if gradient == "structured" and self.stop_gradient:
-            raise ValueError("`gradient='structured'` does not support `stop_gradient=True`.")
+        check_gradient_method(gradient, self.stop_gradient)
         self.gradient = gradient
         if kernel_initializer is None:
             kernel_initializer = keras.initializers.RandomNormal(stddev=0.02)
