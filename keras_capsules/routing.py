@@ -75,7 +75,12 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
 
 
 def route_by_agreement(
-    votes, routings=3, stop_gradient=False, return_coupling=False, gradient="auto"
+    votes,
+    routings=3,
+    stop_gradient=False,
+    return_coupling=False,
+    gradient="auto",
+    inputs_first=False,
 ):
     """The core of `dynamic_routing` on votes laid out `(batch, num_outputs, num_inputs, dim)`.
 
@@ -93,6 +98,15 @@ def route_by_agreement(
     otherwise; a single routing has one contraction and always uses
     `"autodiff"`. Both give the same gradients up to float32 rounding.
 
+    `inputs_first=True` takes the votes laid out `(num_inputs, batch,
+    num_outputs, dim)` instead, as one batched product per input capsule
+    writes them (`CapsuleLayer`). They are transposed to the routing layout
+    here, and the structured gradient is written straight into the layout
+    they came in: `[g..., v...]^T @ [c..., g...]` gives it as
+    `(batch, outputs, dim, inputs)`, one plain two-dimensional transpose
+    away, where transposing the gradient of the routing layout back moves
+    16-float blocks and takes about 1.5x as long.
+
     On TensorFlow the structured gradient is a first-order gradient only: a
     gradient of the gradient (a gradient penalty, a Hessian-vector product)
     does not see the values its backward pass reuses from the forward pass,
@@ -109,8 +123,10 @@ def route_by_agreement(
     dtype = ops.dtype(votes)
     if dtype in _LOW_PRECISION:
         votes = ops.cast(votes, "float32")
+    if inputs_first and gradient != "structured":
+        votes, inputs_first = ops.transpose(votes, _TO_ROUTING_LAYOUT), False
     if gradient == "structured":
-        outputs, coupling = _structured_agreement(routings)(votes)
+        outputs, coupling = _structured_agreement(routings, inputs_first)(votes)
     else:
         outputs, coupling = _agreement_iterations(votes, routings, stop_gradient)
     if dtype in _LOW_PRECISION:
@@ -121,6 +137,9 @@ def route_by_agreement(
         shape = ops.shape(votes)
         return outputs, ops.full((shape[0], shape[2], shape[1]), 1.0 / votes.shape[1])
     return outputs, ops.transpose(coupling, (0, 2, 1))
+
+
+_TO_ROUTING_LAYOUT = (1, 2, 0, 3)  # (inputs, batch, outputs, dim) -> (batch, outputs, inputs, dim)
 
 
 def _agreement_contractions(votes, inner_votes=None, record=None):
@@ -152,7 +171,7 @@ def _agreement_iterations(votes, routings, stop_gradient):
     return routing_loop(*contractions, routings)
 
 
-def _structured_agreement(routings):
+def _structured_agreement(routings, inputs_first=False):
     """Procedure 1 on the votes, with the votes' gradient as one batched product.
 
     The votes `V` enter routing only through contractions with small
@@ -168,10 +187,16 @@ def _structured_agreement(routings):
     differentiation writes one vote-sized gradient per contraction and then
     adds them up.
 
+    With `inputs_first`, the function takes the votes laid out `(inputs,
+    batch, outputs, dim)` (see `route_by_agreement`), keeps their transpose
+    from the forward pass, and returns their gradient in that layout.
+
     Returns a function of the votes that returns `(outputs, coupling)`.
     """
 
     def forward(votes):
+        if inputs_first:
+            votes = ops.transpose(votes, _TO_ROUTING_LAYOUT)
         saved = []
 
         def record(x):
@@ -179,10 +204,13 @@ def _structured_agreement(routings):
             return x
 
         outputs, coupling = routing_loop(*_agreement_contractions(votes, record=record), routings)
-        return (outputs, coupling), saved
+        return (outputs, coupling), saved + [votes] if inputs_first else saved
 
     def backward(args, saved, upstream):
-        (votes,) = args
+        if inputs_first:
+            *saved, votes = saved
+        else:
+            (votes,) = args
         num_outputs = votes.shape[1]
 
         def weighted_gradient(constants, upstream):  # d/dc of sum_i c[i] V[i, :]
@@ -220,8 +248,11 @@ def _structured_agreement(routings):
         right = [g if side == "left" else t for (side, t), g in zip(factors, grads, strict=True)]
         # Stacked on a new second-to-last axis and transposed: stacking on a new
         # last axis interleaves the five tensors and is several times slower.
-        left = ops.swapaxes(ops.stack(left, axis=-2), -1, -2)  # (batch, outputs, inputs, k)
-        return [ops.matmul(left, ops.stack(right, axis=-2))]
+        left, right = ops.stack(left, axis=-2), ops.stack(right, axis=-2)
+        if inputs_first:  # (batch, outputs, dim, inputs) -> (inputs, batch, outputs, dim)
+            d_votes = ops.matmul(ops.swapaxes(right, -1, -2), left)
+            return [ops.transpose(d_votes, (3, 0, 1, 2))]
+        return [ops.matmul(ops.swapaxes(left, -1, -2), right)]  # (batch, outputs, inputs, dim)
 
     return recompute_gradient(forward, backward)
 

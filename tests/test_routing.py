@@ -94,27 +94,38 @@ def test_gradient_matches_finite_differences_of_procedure_1():
     np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4 * np.abs(expected).max())
 
 
-def _votes_gradient(method, votes, w_out, w_coupling, routings):
+def _votes_gradient(method, votes, w_out, w_coupling, routings, inputs_first=False):
     def fn(v):
-        outputs, coupling = route_by_agreement(v, routings, return_coupling=True, gradient=method)
+        outputs, coupling = route_by_agreement(
+            v, routings, return_coupling=True, gradient=method, inputs_first=inputs_first
+        )
         return ops.sum(outputs * w_out) + ops.sum(coupling * w_coupling)
 
     return gradient(fn, votes)
 
 
 @pytest.mark.skipif(BACKEND == "torch", reason="the structured gradient is for TF and JAX")
+@pytest.mark.parametrize("inputs_first", [False, True])
 @pytest.mark.parametrize("routings", [1, 2, 3, 5])
-def test_structured_gradient_equals_automatic_differentiation(routings):
+def test_structured_gradient_equals_automatic_differentiation(routings, inputs_first):
     rng = np.random.default_rng(routings)
     votes = rng.normal(size=(2, 4, 30, 6)).astype("float32")  # (batch, outputs, inputs, dim)
     w_out = rng.normal(size=(2, 4, 6)).astype("float32")
     w_coupling = rng.normal(size=(2, 30, 4)).astype("float32")
     expected = _votes_gradient("autodiff", votes, w_out, w_coupling, routings)
-    got = _votes_gradient("structured", votes, w_out, w_coupling, routings)
     assert np.abs(expected).max() > 1e-3  # the comparison is not vacuous
+    if inputs_first:  # the same votes laid out (inputs, batch, outputs, dim), and their gradient
+        votes, expected = (np.transpose(x, (2, 0, 1, 3)) for x in (votes, expected))
+    args = (w_out, w_coupling, routings, inputs_first)
+    got = _votes_gradient("structured", votes, *args)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
-    a = route_by_agreement(votes, routings, return_coupling=True, gradient="autodiff")
-    b = route_by_agreement(votes, routings, return_coupling=True, gradient="structured")
+    np.testing.assert_allclose(_votes_gradient("autodiff", votes, *args), expected, rtol=1e-5)
+    a, b = (
+        route_by_agreement(
+            votes, routings, return_coupling=True, gradient=method, inputs_first=inputs_first
+        )
+        for method in ("autodiff", "structured")
+    )
     for x, y in zip(a, b):
         np.testing.assert_allclose(ops.convert_to_numpy(x), ops.convert_to_numpy(y), rtol=1e-6)
 

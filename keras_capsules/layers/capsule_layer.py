@@ -116,25 +116,23 @@ class CapsuleLayer(keras.layers.Layer):
 
         Returns a tensor of shape `(batch, num_inputs, num_capsules, capsule_dim)`.
         """
-        return ops.transpose(self._votes(inputs), (0, 2, 1, 3))
+        return ops.transpose(self._votes(inputs), (1, 0, 2, 3))
 
     def _votes(self, inputs):
-        # Votes laid out (batch, num_capsules, num_inputs, capsule_dim) for routing.
+        # Votes laid out (num_inputs, batch, num_capsules, capsule_dim): one
+        # (batch x input_dim) @ (input_dim x capsules * dim) product per input
+        # capsule writes them so; `route_by_agreement(inputs_first=True)`
+        # transposes them for routing.
         inputs = ops.cast(inputs, self.compute_dtype)
         kernel = ops.cast(self.kernel, self.compute_dtype)
         batch, num_inputs = ops.shape(inputs)[0], ops.shape(inputs)[1]
-        if self.share_weights:
-            flat = ops.matmul(inputs, kernel)  # (batch, inputs, capsules * dim)
-            votes = ops.reshape(flat, (batch, num_inputs, self.num_capsules, self.capsule_dim))
-            return ops.transpose(votes, (0, 2, 1, 3))
-        # One (batch x input_dim) @ (input_dim x capsules * dim) product per input capsule.
         flat = ops.matmul(ops.transpose(inputs, (1, 0, 2)), kernel)
-        votes = ops.reshape(flat, (num_inputs, batch, self.num_capsules, self.capsule_dim))
-        return ops.transpose(votes, (1, 2, 0, 3))
+        return ops.reshape(flat, (num_inputs, batch, self.num_capsules, self.capsule_dim))
 
     def call(self, inputs, return_coupling=False):
         outputs, coupling = route_by_agreement(
             self._votes(inputs),
+            inputs_first=True,
             routings=self.routings,
             stop_gradient=self.stop_gradient,
             return_coupling=return_coupling,
