@@ -62,6 +62,15 @@ def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _rss_mb():
+    """The resident set size now (Linux), or None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return None
+
+
 def run_fit(args):
     import keras
     import numpy as np
@@ -76,6 +85,10 @@ def run_fit(args):
     x = rng.normal(size=(n, 32, 32, 2)).astype("float32")
     y = rng.integers(0, 5, size=(n,))
     model = MatrixCapsNetNORB(**config, iterations=args.iterations)
+    # What the process holds before training: the backend and whatever it
+    # imports besides (TensorFlow imports JAX, pandas and SciPy when they are
+    # installed, about 300 MB), the model and the data.
+    before_fit = _rss_mb()
     timer = _timer_callback()(warmup)
     log(f"[{args.only}] {config}, batch {batch}: {warmup} warm-up + {args.steps} timed batches")
     model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
@@ -86,6 +99,7 @@ def run_fit(args):
         "images_per_s": timer.images_per_s(batch),
         "timed_batches": timer.timed_batches,
         "peak_rss_mb": _peak_rss_mb(),
+        "rss_before_fit_mb": before_fit,
         "device": _device(),
     }
 
