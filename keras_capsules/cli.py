@@ -286,6 +286,51 @@ def _finite_loss_counter():
     return FiniteLossCounter()
 
 
+def _history_keeper(history_path):
+    import keras
+
+    class HistoryKeeper(keras.callbacks.Callback):
+        """Keeps `history.csv` to the epochs whose training the weights contain.
+
+        `CSVLogger` writes an epoch's row before `BackupAndRestore` saves
+        that epoch, so a run killed between the two has a row for an epoch it
+        trains again when it resumes. At the first epoch of a run, the rows
+        from that epoch on are dropped (the file is cut in place: `CSVLogger`
+        holds it open for appending).
+        """
+
+        def __init__(self):
+            super().__init__()
+            self.started = False
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if self.started:
+                return
+            self.started = True
+            if epoch > 0:
+                print(
+                    f"Resumed at epoch {epoch + 1}: the backup holds epochs 1-{epoch}", flush=True
+                )
+            if not os.path.exists(history_path):
+                return
+            with open(history_path, "r+", newline="") as f:
+                lines = f.readlines()
+                kept = lines[:1] + [line for line in lines[1:] if _row_epoch(line) < epoch]
+                if len(kept) < len(lines):
+                    f.seek(0)
+                    f.writelines(kept)
+                    f.truncate()
+
+    return HistoryKeeper()
+
+
+def _row_epoch(line):
+    try:
+        return int(line.split(",", 1)[0])
+    except ValueError:  # not a row of CSVLogger's
+        return -1
+
+
 def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size):
     import keras
 
@@ -295,10 +340,14 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size):
     backup_dir = os.path.join(args.output, "backup")
     if os.path.exists(backup_dir):
         print(f"Resuming the interrupted run from {backup_dir}", flush=True)
+    # At the end of an epoch callbacks run in this order: the history row is
+    # written before the backup, so a killed run never lacks the row of an
+    # epoch its backup holds; `_history_keeper` drops a row the backup lacks.
     callbacks = [
+        keras.callbacks.CSVLogger(history_path, append=True),
+        _history_keeper(history_path),
         keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
         keras.callbacks.ModelCheckpoint(os.path.join(args.output, "model.keras")),
-        keras.callbacks.CSVLogger(history_path, append=True),
     ]
     if args.model in MATRIX_MODELS:
         steps = args.epochs * -(-train_count // batch_size)

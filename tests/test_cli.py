@@ -1,6 +1,7 @@
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -48,6 +49,12 @@ def epochs_logged(output):
         return [int(row["epoch"]) for row in csv.DictReader(f)]
 
 
+def history_rows(output):
+    path = os.path.join(output, "history.csv")
+    with open(path) as f:
+        return {int(row["epoch"]): row for row in csv.DictReader(f)}
+
+
 def test_killed_run_resumes_without_losing_finished_epochs(tmp_path):
     output = str(tmp_path / "run")
     args = ["train", "capsnet-mnist", "--epochs", "4", "--output", output, *TINY]
@@ -56,18 +63,25 @@ def test_killed_run_resumes_without_losing_finished_epochs(tmp_path):
     while len(epochs_logged(output)) < 2 and process.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     assert process.poll() is None, process.stdout.read()
-    process.send_signal(signal.SIGKILL)  # killed in the third epoch, no clean-up
+    process.send_signal(signal.SIGKILL)  # killed in the third epoch or later, no clean-up
     process.wait()
-    finished = epochs_logged(output)
-    assert finished[:2] == [0, 1] and len(finished) < 4
+    before = history_rows(output)
+    assert sorted(before)[:2] == [0, 1] and len(before) < 4
 
     process = run_cli(args)
     log, _ = process.communicate(timeout=300)
     assert process.returncode == 0, log
     assert "Resuming" in log
-    after = epochs_logged(output)[len(finished) :]
-    assert after and after[0] == len(finished), (finished, after)  # no finished epoch rerun
-    assert epochs_logged(output)[-1] == 3
+    match = re.search(r"Resumed at epoch (\d+)", log)
+    assert match, log
+    restored = int(match.group(1)) - 1  # epochs the backup held
+    # The backup is saved right after an epoch's row is written: at most the
+    # epoch the kill interrupted there is trained again.
+    assert len(before) - 1 <= restored <= len(before), (sorted(before), restored)
+    after = history_rows(output)
+    assert epochs_logged(output) == [0, 1, 2, 3]  # every epoch once, in order
+    for epoch in range(restored):  # the restored epochs were not trained again
+        assert after[epoch] == before[epoch]
     metrics = json.load(open(os.path.join(output, "metrics.json")))
     assert 0 <= metrics["test_accuracy"] <= 1 and metrics["test_images"] == 200
     assert "Test accuracy:" in log
@@ -173,3 +187,19 @@ def test_train_with_mixed_precision_and_data_parallel(tmp_path, precision):
     assert saved.get_layer("conv1").dtype_policy.name == precision
     assert saved.get_layer("digit_caps").dtype_policy.name == precision
     assert saved.get_layer("probabilities").dtype_policy.name == "float32"
+
+
+def test_resumed_history_drops_the_rows_the_backup_lacks(tmp_path):
+    # A run killed after writing epoch 2's row and before saving epoch 2 resumes
+    # at epoch 2 (index): its row goes, as CSVLogger will write it again.
+    path = tmp_path / "history.csv"
+    path.write_text("epoch,loss\n0,0.5\n1,0.4\n2,0.3\n")
+    keeper = cli._history_keeper(str(path))
+    with open(path, "a") as appending:  # as CSVLogger holds it
+        keeper.on_epoch_begin(2)
+        keeper.on_epoch_begin(3)  # later epochs leave the file alone
+        appending.write("2,0.25\n")
+    assert path.read_text() == "epoch,loss\n0,0.5\n1,0.4\n2,0.25\n"
+    fresh = tmp_path / "fresh.csv"
+    cli._history_keeper(str(fresh)).on_epoch_begin(0)  # no file yet: nothing to do
+    assert not fresh.exists()
