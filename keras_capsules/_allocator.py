@@ -15,6 +15,11 @@ it to `"false"` before importing to keep TensorFlow's default. It has no
 effect if TensorFlow ran an operation before `keras_capsules` was imported,
 and none on the JAX and PyTorch backends.
 
+Where TensorFlow runs its oneDNN kernels (its default on CPUs with AVX-512,
+or with `TF_ENABLE_ONEDNN_OPTS=1`), it takes CPU memory from oneDNN's own
+allocator instead, which pools large tensors itself: the variable then
+changes nothing.
+
 The pool holds what the process needed at its peak, plus what fragmentation
 costs: measured here, peak memory fell by up to 5% for CapsNetMNIST and grew
 by 1-32% for the EM models (most for the 32/32/32/32 model at batch 64). The
