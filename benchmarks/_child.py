@@ -34,6 +34,22 @@ def child_argv(script, args, only):
     return argv
 
 
+def run_alternating(script, args, names, repeats):
+    """Each measurement of `names` run `repeats` times, in turn: `{name: [result, ...]}`.
+
+    A speedup or ratio compares processes run one after the other; on a shared
+    machine whose speed drifts, alternating them and taking the median of the
+    per-repeat figures is steadier than a single pair.
+    """
+    runs = {name: [] for name in names}
+    repeats = max(repeats, 1)
+    for repeat in range(repeats):
+        for name in names:
+            print(f"== {name}, repeat {repeat + 1} of {repeats} ==", file=sys.stderr, flush=True)
+            runs[name].append(run_child(script, args, name))
+    return runs
+
+
 def run_child(script, args, only):
     proc = subprocess.run(
         child_argv(script, args, only), stdout=subprocess.PIPE, stderr=None, text=True, check=False

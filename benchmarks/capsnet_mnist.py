@@ -39,7 +39,7 @@ import statistics
 import sys
 import time
 
-from _child import run_child
+from _child import run_alternating
 
 MEASUREMENTS = ("train", "inference", "convs_only")
 
@@ -233,24 +233,13 @@ def run_one(args):
 # Parent: run the three measurements and report.
 
 
-def _run_child(args, only):
-    return run_child(os.path.abspath(__file__), args, only)
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.only:
         run_one(args)
         return
 
-    # The ratio compares two processes run one after the other: on a shared
-    # machine whose speed drifts, alternating them and taking the median of
-    # the per-repeat ratios is steadier than a single pair.
-    runs = {only: [] for only in MEASUREMENTS}
-    for repeat in range(max(args.repeats, 1)):
-        for only in MEASUREMENTS:
-            log(f"== {only} (repeat {repeat + 1} of {max(args.repeats, 1)}) ==")
-            runs[only].append(_run_child(args, only))
+    runs = run_alternating(os.path.abspath(__file__), args, MEASUREMENTS, args.repeats)
     results = {only: runs[only][0] for only in MEASUREMENTS}
     images_per_s = {only: [r["images_per_s"] for r in runs[only]] for only in MEASUREMENTS}
     ratios = [t / c for t, c in zip(images_per_s["train"], images_per_s["convs_only"])]

@@ -37,7 +37,7 @@ import statistics
 import sys
 import time
 
-from _child import run_child
+from _child import run_alternating
 
 
 def log(*args):
@@ -288,10 +288,6 @@ def run_one(args):
 # Parent: spawn the two timings, check equality, print the report.
 
 
-def _run_child(args, only):
-    return run_child(os.path.abspath(__file__), args, only)
-
-
 def check_equal(args):
     """Max abs differences of outputs and kernel gradients, ours vs baseline."""
     import numpy as np
@@ -326,15 +322,10 @@ def main(argv=None):
         run_one(args)
         return
 
-    # Alternated: on a shared machine whose speed drifts, the median of the
-    # per-repeat speedups is steadier than a single pair of processes.
-    repeats = max(args.repeats, 1)
-    ours_runs, base_runs = [], []
-    for repeat in range(repeats):
-        log(f"== timing ours (CapsuleLayer), repeat {repeat + 1} of {repeats} ==")
-        ours_runs.append(_run_child(args, "ours"))
-        log(f"== timing baseline ({args.baseline_votes}), repeat {repeat + 1} of {repeats} ==")
-        base_runs.append(_run_child(args, "baseline"))
+    log(f"== timing ours (CapsuleLayer) and the baseline ({args.baseline_votes}) ==")
+    runs = run_alternating(os.path.abspath(__file__), args, ("ours", "baseline"), args.repeats)
+    ours_runs, base_runs = runs["ours"], runs["baseline"]
+    repeats = len(ours_runs)
     ours, base = ours_runs[0], base_runs[0]
     ours_ms = [r["ms_per_step"] for r in ours_runs]
     base_ms = [r["ms_per_step"] for r in base_runs]
