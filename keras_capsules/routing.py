@@ -204,7 +204,7 @@ def _structured_agreement(routings, inputs_first=False):
             return x
 
         outputs, coupling = routing_loop(*_agreement_contractions(votes, record=record), routings)
-        return (outputs, coupling), saved + [votes] if inputs_first else saved
+        return (outputs, coupling), (saved + [votes] if inputs_first else saved)
 
     def backward(args, saved, upstream):
         if inputs_first:
