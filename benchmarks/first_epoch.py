@@ -1,0 +1,170 @@
+"""What decides CapsNetMNIST's test accuracy after its first epoch?
+
+Trains the paper's CapsNetMNIST for one epoch (600 batches of 100, shifts of
+up to 2 px) once per `--seeds` value and `--variants` entry, each run in its
+own process, and evaluates it on the 10,000 test images. A run draws the same
+weights, order and shifts as `keras-capsules train capsnet-mnist --seed S`
+(the `paper` variant reproduces that command's accuracy), and a variant
+changes one thing after the model is built, so a seed's runs differ only in
+that thing. Prints one JSON object: every run, each variant's mean, and its
+mean difference to `paper` over the same seeds. Progress goes to stderr.
+
+Variants:
+    paper                  the defaults (Adam 1e-3, epsilon 1e-7, decay 0.96 per 2,000 steps)
+    adam-epsilon-1e-8      Adam's epsilon of TensorFlow 1, which the paper used
+    decoder-official-init  the decoder drawn as the official code draws it
+                           (truncated normal, std 0.1; biases 0.1)
+    primary-he-init        PrimaryCapsule's kernel scaled by sqrt(2): He instead
+                           of LeCun normal, from the same draw
+    ema-0.98, ema-0.99     the paper's training, evaluated with an exponential
+                           moving average of the weights (momentum 0.98 or 0.99)
+
+Measured on the 2-core AVX-512 CPU (TensorFlow 2.21, float32), seeds 0-3,
+about 5 minutes per run: see `benchmarks/README.md`, "First epoch". Command:
+
+    python benchmarks/first_epoch.py --seeds 0,1,2,3 --variants paper,decoder-official-init
+
+Smoke test:
+
+    python benchmarks/first_epoch.py --steps 2 --variants paper,ema-0.99
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import _child  # noqa: F401  (puts the repository root on sys.path, defaults the backend)
+from _training import log
+
+VARIANTS = (
+    "paper",
+    "adam-epsilon-1e-8",
+    "decoder-official-init",
+    "primary-he-init",
+    "ema-0.98",
+    "ema-0.99",
+)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (0)")
+    p.add_argument("--variants", default="paper", help=f"comma-separated, of {', '.join(VARIANTS)}")
+    p.add_argument("--steps", type=int, default=600, help="training batches of 100 (600)")
+    p.add_argument("--only", default=None, help="VARIANT,SEED: run one in this process")
+    args = p.parse_args(argv)
+    try:
+        args.seeds = [int(v) for v in args.seeds.split(",")]
+    except ValueError:
+        p.error(f"--seeds takes comma-separated integers, got {args.seeds!r}")
+    args.variants = args.variants.split(",")
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        p.error(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    if args.steps < 1:
+        p.error("--steps must be positive")
+    return args
+
+
+def _moving_average(momentum):
+    """A callback keeping an exponential moving average of the trainable weights."""
+    import keras
+
+    class MovingAverage(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.average = None
+
+        def on_train_batch_end(self, batch, logs=None):
+            values = [v.numpy() for v in self.model.trainable_variables]
+            if self.average is None:
+                self.average = values
+                return
+            for average, value in zip(self.average, values):
+                average *= momentum
+                average += (1.0 - momentum) * value
+
+        def on_train_end(self, logs=None):
+            for variable, average in zip(self.model.trainable_variables, self.average):
+                variable.assign(average)
+
+    return MovingAverage()
+
+
+def run_one(variant, seed, steps):
+    import keras
+    import numpy as np
+
+    import applications
+    from keras_capsules.datasets import mnist
+
+    # The order of these calls is the CLI's, so the same seed draws the same run.
+    keras.utils.set_random_seed(seed)
+    (x_train, y_train), (x_test, y_test) = mnist.load_data()
+    train = mnist.training_pipeline(x_train, y_train, batch_size=100, seed=seed).take(steps)
+    model = applications.CapsNetMNIST()
+    callbacks = []
+    if variant == "adam-epsilon-1e-8":
+        schedule = keras.optimizers.schedules.ExponentialDecay(1e-3, 2000, 0.96)
+        model.compile(optimizer=keras.optimizers.Adam(schedule, epsilon=1e-8), metrics=["accuracy"])
+    elif variant == "decoder-official-init":
+        kernel = keras.initializers.TruncatedNormal(stddev=0.1, seed=1000 + seed)
+        for variable in model.decoder.trainable_variables:
+            if variable.path.endswith("kernel"):
+                variable.assign(kernel(variable.shape))
+            else:
+                variable.assign(np.full(variable.shape, 0.1, "float32"))
+    elif variant == "primary-he-init":
+        kernel = model.get_layer("primary_caps").trainable_variables[0]
+        kernel.assign(kernel.numpy() * np.sqrt(2.0))
+    elif variant.startswith("ema-"):
+        callbacks.append(_moving_average(float(variant[len("ema-") :])))
+    start = time.perf_counter()
+    model.fit(train, epochs=1, callbacks=callbacks, verbose=0)
+    seconds = time.perf_counter() - start
+    x_test = x_test[..., None]
+    results = model.evaluate(x_test, y_test, batch_size=100, verbose=0, return_dict=True)
+    return {
+        "variant": variant,
+        "seed": seed,
+        "test_accuracy": round(float(results["accuracy"]), 4),
+        "train_seconds": round(seconds, 1),
+    }
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.only is not None:
+        variant, seed = args.only.split(",")
+        print(json.dumps(run_one(variant, int(seed), args.steps)), flush=True)
+        return
+    runs = []
+    for seed in args.seeds:
+        for variant in args.variants:
+            log(f"{variant}, seed {seed}: {args.steps} steps")
+            child = [sys.executable, __file__, "--only", f"{variant},{seed}"]
+            out = subprocess.run(
+                child + ["--steps", str(args.steps)], check=True, capture_output=True, text=True
+            ).stdout
+            runs.append(json.loads(out.strip().splitlines()[-1]))
+            log(runs[-1])
+
+    accuracy = {(r["variant"], r["seed"]): r["test_accuracy"] for r in runs}
+
+    summary = {}
+    for variant in args.variants:
+        accuracies = [accuracy[variant, seed] for seed in args.seeds]
+        summary[variant] = {"mean_test_accuracy": round(sum(accuracies) / len(accuracies), 5)}
+        if "paper" in args.variants:
+            differences = [a - accuracy["paper", s] for a, s in zip(accuracies, args.seeds)]
+            summary[variant]["mean_difference_to_paper_points"] = round(
+                100 * sum(differences) / len(differences), 3
+            )
+    result = {"steps": args.steps, "batch": 100, "seeds": args.seeds, "variants": summary}
+    print(json.dumps({**result, "runs": runs}))
+
+
+if __name__ == "__main__":
+    main()
