@@ -30,11 +30,10 @@ Smoke test:
 
 import argparse
 import json
-import subprocess
-import sys
+import os
 import time
 
-import _child  # noqa: F401  (puts the repository root on sys.path, defaults the backend)
+from _child import run_child  # also puts the repository root on sys.path
 from _training import log
 
 
@@ -47,15 +46,16 @@ def parse_args(argv=None):
     p.add_argument("--only", default=None, help="STD,SEED: run one in this process")
     args = p.parse_args(argv)
     try:
-        args.stds = [float(v) for v in args.stds.split(",")]
-        args.seeds = [int(v) for v in args.seeds.split(",")]
+        stds = [float(v) for v in args.stds.split(",")]
+        seeds = [int(v) for v in args.seeds.split(",")]
     except ValueError:
         p.error(
             f"--stds and --seeds take comma-separated numbers, got {args.stds!r}, {args.seeds!r}"
         )
-    if args.steps < 1 or any(std <= 0 for std in args.stds):
+    if args.steps < 1 or any(std <= 0 for std in stds):
         p.error("--steps and every std must be positive")
-    return args
+    # `args` keeps the strings as given: `run_child` passes them on to each run.
+    return args, stds, seeds
 
 
 def run_one(std, steps, seed, pipeline):
@@ -96,26 +96,21 @@ def run_one(std, steps, seed, pipeline):
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    args, stds, seeds = parse_args(argv)
     if args.only is not None:
         std, seed = args.only.split(",")
         result = run_one(float(std), args.steps, int(seed), args.pipeline)
         print(json.dumps(result), flush=True)
         return
     results = []
-    for seed in args.seeds:
-        for std in args.stds:
+    for seed in seeds:
+        for std in stds:
             log(f"std {std}, seed {seed}: {args.steps} steps")
-            argv = [sys.executable, __file__, "--only", f"{std},{seed}", "--steps", str(args.steps)]
-            argv += ["--pipeline", args.pipeline]
-            out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-            results.append(json.loads(out.strip().splitlines()[-1]))
+            results.append(run_child(os.path.abspath(__file__), args, f"{std},{seed}"))
             log(results[-1])
     means = {
-        str(std): round(
-            sum(r["test_accuracy"] for r in results if r["std"] == std) / len(args.seeds), 4
-        )
-        for std in args.stds
+        str(std): round(sum(r["test_accuracy"] for r in results if r["std"] == std) / len(seeds), 4)
+        for std in stds
     }
     print(
         json.dumps(
@@ -123,7 +118,7 @@ def main(argv=None):
                 "steps": args.steps,
                 "batch": 100,
                 "pipeline": args.pipeline,
-                "seeds": args.seeds,
+                "seeds": seeds,
                 "mean_test_accuracy": means,
                 "runs": results,
             }
