@@ -16,12 +16,26 @@ Variants:
                            (truncated normal, std 0.1; biases 0.1)
     primary-he-init        PrimaryCapsule's kernel scaled by sqrt(2): He instead
                            of LeCun normal, from the same draw
+    primary-init-0.5       PrimaryCapsule's kernel halved, from the same draw
+    primary-lr-2           the same halved kernel, its convolution doubled in
+                           the forward pass: the paper's initial model, but Adam
+                           moves PrimaryCapsule's kernel twice as fast
+    primary-official       PrimaryCapsule as the official code computes it:
+                           squash(conv(x) / 32 + b), kernel truncated normal
+                           std 0.1, biases 0.1 (its one-iteration "routing"
+                           from Conv1 divides by the 32 capsule types)
+    official-init          primary-official, plus Conv1 (truncated normal std
+                           0.05, biases 0.1), W (truncated normal std 0.1) and
+                           the decoder drawn as the official code draws them
+    conv1-bias-0.1         Conv1's biases start at 0.1 (the official code's)
     ema-0.98, ema-0.99     the paper's training, evaluated with an exponential
                            moving average of the weights (momentum 0.98 or 0.99;
                            Keras's optimizer EMA)
 
-Measured on the 2-core AVX-512 CPU (TensorFlow 2.21, float32), seeds 0-3,
-about 5 minutes per run: see `benchmarks/README.md`, "First epoch". Command:
+Measured on the 2-core AVX-512 CPU (TensorFlow 2.21, float32), seeds 0-3
+(seeds 0-1 for primary-init-0.5, primary-lr-2, primary-official,
+official-init and conv1-bias-0.1), about 5 minutes per run: see
+`benchmarks/README.md`, "first_epoch.py". Command:
 
     python benchmarks/first_epoch.py --seeds 0,1,2,3 --variants paper,decoder-official-init
 
@@ -43,6 +57,11 @@ VARIANTS = (
     "adam-epsilon-1e-8",
     "decoder-official-init",
     "primary-he-init",
+    "primary-official",
+    "official-init",
+    "primary-init-0.5",
+    "primary-lr-2",
+    "conv1-bias-0.1",
     "ema-0.98",
     "ema-0.99",
 )
@@ -67,6 +86,40 @@ def parse_args(argv=None):
         p.error("--steps must be positive")
     # `args` keeps the strings as given: `run_child` passes them on to each run.
     return args, seeds, variants
+
+
+def _official_primary(layer, seed):
+    """PrimaryCapsule as the official code computes it: squash(conv(x) / 32 + b).
+
+    Its primary capsules come out of a one-iteration routing whose softmax over
+    the 32 capsule types is uniform, so the convolution is divided by 32 before
+    the bias; kernel truncated normal, std 0.1; biases 0.1.
+    """
+    import keras
+    import numpy as np
+
+    conv = layer.conv
+    init = keras.initializers.TruncatedNormal(stddev=0.1, seed=4000 + seed)
+    conv.kernel.assign(init(conv.kernel.shape))
+    conv.bias.assign(np.full(conv.bias.shape, 0.1, "float32"))
+    _scale_primary(layer, 1.0 / layer.num_capsules)
+
+
+def _scale_primary(layer, scale):
+    """PrimaryCapsule computing squash(scale * conv(x) + b) from here on.
+
+    Adam's steps do not depend on the gradient's scale, so `scale` multiplies
+    how fast the kernel's effect moves (the bias's is unchanged).
+    """
+    from keras import ops
+
+    conv = layer.conv
+
+    def call(inputs):
+        features = ops.conv(inputs, conv.kernel, strides=conv.strides, padding=conv.padding)
+        return features * scale + conv.bias
+
+    conv.call = call
 
 
 def run_one(variant, seed, steps):
@@ -99,6 +152,31 @@ def run_one(variant, seed, steps):
     elif variant == "primary-he-init":
         kernel = model.get_layer("primary_caps").trainable_variables[0]
         kernel.assign(kernel.numpy() * np.sqrt(2.0))
+    if variant in ("primary-init-0.5", "primary-lr-2"):
+        kernel = model.get_layer("primary_caps").trainable_variables[0]
+        kernel.assign(kernel.numpy() * 0.5)
+    if variant == "conv1-bias-0.1":
+        bias = model.get_layer("conv1").bias
+        bias.assign(np.full(bias.shape, 0.1, "float32"))
+    if variant == "primary-lr-2":
+        _scale_primary(model.get_layer("primary_caps"), 2.0)
+    if variant in ("primary-official", "official-init"):
+        _official_primary(model.get_layer("primary_caps"), seed)
+    if variant == "official-init":
+
+        def draw(variable, stddev, offset):
+            init = keras.initializers.TruncatedNormal(stddev=stddev, seed=offset + seed)
+            variable.assign(init(variable.shape))
+
+        conv1 = model.get_layer("conv1")
+        draw(conv1.kernel, 0.05, 2000)
+        conv1.bias.assign(np.full(conv1.bias.shape, 0.1, "float32"))
+        draw(model.get_layer("digit_caps").trainable_variables[0], 0.1, 3000)
+        for variable in model.decoder.trainable_variables:
+            if variable.path.endswith("kernel"):
+                draw(variable, 0.1, 1000)
+            else:
+                variable.assign(np.full(variable.shape, 0.1, "float32"))
     if changed:
         optimizer = model.optimizer
         optimizer = type(optimizer).from_config({**optimizer.get_config(), **changed})
