@@ -33,8 +33,8 @@ Variants:
                            Keras's optimizer EMA)
 
 Measured on the 2-core AVX-512 CPU (TensorFlow 2.21, float32), seeds 0-3
-(seeds 0-1 for primary-init-0.5, primary-lr-2, primary-official,
-official-init and conv1-bias-0.1), about 5 minutes per run: see
+(seeds 0-1 for primary-lr-2, primary-official, official-init and
+conv1-bias-0.1), about 5 minutes per run: see
 `benchmarks/README.md`, "first_epoch.py". Command:
 
     python benchmarks/first_epoch.py --seeds 0,1,2,3 --variants paper,decoder-official-init
