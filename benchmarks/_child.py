@@ -50,6 +50,21 @@ def run_alternating(script, args, names, repeats):
     return runs
 
 
+def run_grid(script, args, names, seeds):
+    """Each of `names` once per seed, seed by seed: the results, in that order.
+
+    A measurement's `--only` is "NAME,SEED", so a paired comparison (the same
+    seed, one setting changed) reads its runs side by side.
+    """
+    results = []
+    for seed in seeds:
+        for name in names:
+            print(f"== {name}, seed {seed} ==", file=sys.stderr, flush=True)
+            results.append(run_child(script, args, f"{name},{seed}"))
+            print(results[-1], file=sys.stderr, flush=True)
+    return results
+
+
 def run_child(script, args, only):
     proc = subprocess.run(
         child_argv(script, args, only), stdout=subprocess.PIPE, stderr=None, text=True, check=False

@@ -49,8 +49,7 @@ import json
 import os
 import time
 
-from _child import run_child  # also puts the repository root on sys.path
-from _training import log
+from _child import run_grid  # also puts the repository root on sys.path
 
 VARIANTS = (
     "paper",
@@ -84,7 +83,7 @@ def parse_args(argv=None):
         p.error(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
     if args.steps < 1:
         p.error("--steps must be positive")
-    # `args` keeps the strings as given: `run_child` passes them on to each run.
+    # `args` keeps the strings as given: `run_grid` passes them on to each run.
     return args, seeds, variants
 
 
@@ -200,12 +199,7 @@ def main(argv=None):
         variant, seed = args.only.split(",")
         print(json.dumps(run_one(variant, int(seed), args.steps)), flush=True)
         return
-    runs = []
-    for seed in seeds:
-        for variant in variants:
-            log(f"{variant}, seed {seed}: {args.steps} steps")
-            runs.append(run_child(os.path.abspath(__file__), args, f"{variant},{seed}"))
-            log(runs[-1])
+    runs = run_grid(os.path.abspath(__file__), args, variants, seeds)
 
     accuracy = {(r["variant"], r["seed"]): r["test_accuracy"] for r in runs}
 

@@ -33,8 +33,7 @@ import json
 import os
 import time
 
-from _child import run_child  # also puts the repository root on sys.path
-from _training import log
+from _child import run_grid  # also puts the repository root on sys.path
 
 
 def parse_args(argv=None):
@@ -54,7 +53,7 @@ def parse_args(argv=None):
         )
     if args.steps < 1 or any(std <= 0 for std in stds):
         p.error("--steps and every std must be positive")
-    # `args` keeps the strings as given: `run_child` passes them on to each run.
+    # `args` keeps the strings as given: `run_grid` passes them on to each run.
     return args, stds, seeds
 
 
@@ -102,12 +101,7 @@ def main(argv=None):
         result = run_one(float(std), args.steps, int(seed), args.pipeline)
         print(json.dumps(result), flush=True)
         return
-    results = []
-    for seed in seeds:
-        for std in stds:
-            log(f"std {std}, seed {seed}: {args.steps} steps")
-            results.append(run_child(os.path.abspath(__file__), args, f"{std},{seed}"))
-            log(results[-1])
+    results = run_grid(os.path.abspath(__file__), args, stds, seeds)
     means = {
         str(std): round(sum(r["test_accuracy"] for r in results if r["std"] == std) / len(seeds), 4)
         for std in stds
