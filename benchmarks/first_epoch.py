@@ -87,6 +87,28 @@ def parse_args(argv=None):
     return args, seeds, variants
 
 
+def _draw(variable, stddev, seed):
+    """Redraw `variable` from a truncated normal, as the official code draws its weights."""
+    import keras
+
+    variable.assign(keras.initializers.TruncatedNormal(stddev=stddev, seed=seed)(variable.shape))
+
+
+def _fill(variable, value):
+    import numpy as np
+
+    variable.assign(np.full(variable.shape, value, "float32"))
+
+
+def _official_decoder(decoder, seed):
+    """The decoder drawn as the official code draws it: kernels std 0.1, biases 0.1."""
+    for variable in decoder.trainable_variables:
+        if variable.path.endswith("kernel"):
+            _draw(variable, 0.1, 1000 + seed)
+        else:
+            _fill(variable, 0.1)
+
+
 def _official_primary(layer, seed):
     """PrimaryCapsule as the official code computes it: squash(conv(x) / 32 + b).
 
@@ -94,13 +116,8 @@ def _official_primary(layer, seed):
     the 32 capsule types is uniform, so the convolution is divided by 32 before
     the bias; kernel truncated normal, std 0.1; biases 0.1.
     """
-    import keras
-    import numpy as np
-
-    conv = layer.conv
-    init = keras.initializers.TruncatedNormal(stddev=0.1, seed=4000 + seed)
-    conv.kernel.assign(init(conv.kernel.shape))
-    conv.bias.assign(np.full(conv.bias.shape, 0.1, "float32"))
+    _draw(layer.conv.kernel, 0.1, 4000 + seed)
+    _fill(layer.conv.bias, 0.1)
     _scale_primary(layer, 1.0 / layer.num_capsules)
 
 
@@ -142,12 +159,7 @@ def run_one(variant, seed, steps):
     elif variant.startswith("ema-"):
         changed = {"use_ema": True, "ema_momentum": float(variant[len("ema-") :])}
     elif variant == "decoder-official-init":
-        kernel = keras.initializers.TruncatedNormal(stddev=0.1, seed=1000 + seed)
-        for variable in model.decoder.trainable_variables:
-            if variable.path.endswith("kernel"):
-                variable.assign(kernel(variable.shape))
-            else:
-                variable.assign(np.full(variable.shape, 0.1, "float32"))
+        _official_decoder(model.decoder, seed)
     elif variant == "primary-he-init":
         kernel = model.get_layer("primary_caps").trainable_variables[0]
         kernel.assign(kernel.numpy() * np.sqrt(2.0))
@@ -155,27 +167,17 @@ def run_one(variant, seed, steps):
         kernel = model.get_layer("primary_caps").trainable_variables[0]
         kernel.assign(kernel.numpy() * 0.5)
     if variant == "conv1-bias-0.1":
-        bias = model.get_layer("conv1").bias
-        bias.assign(np.full(bias.shape, 0.1, "float32"))
+        _fill(model.get_layer("conv1").bias, 0.1)
     if variant == "primary-lr-2":
         _scale_primary(model.get_layer("primary_caps"), 2.0)
     if variant in ("primary-official", "official-init"):
         _official_primary(model.get_layer("primary_caps"), seed)
     if variant == "official-init":
-
-        def draw(variable, stddev, offset):
-            init = keras.initializers.TruncatedNormal(stddev=stddev, seed=offset + seed)
-            variable.assign(init(variable.shape))
-
         conv1 = model.get_layer("conv1")
-        draw(conv1.kernel, 0.05, 2000)
-        conv1.bias.assign(np.full(conv1.bias.shape, 0.1, "float32"))
-        draw(model.get_layer("digit_caps").trainable_variables[0], 0.1, 3000)
-        for variable in model.decoder.trainable_variables:
-            if variable.path.endswith("kernel"):
-                draw(variable, 0.1, 1000)
-            else:
-                variable.assign(np.full(variable.shape, 0.1, "float32"))
+        _draw(conv1.kernel, 0.05, 2000 + seed)
+        _fill(conv1.bias, 0.1)
+        _draw(model.get_layer("digit_caps").trainable_variables[0], 0.1, 3000 + seed)
+        _official_decoder(model.decoder, seed)
     if changed:
         optimizer = model.optimizer
         optimizer = type(optimizer).from_config({**optimizer.get_config(), **changed})
