@@ -50,10 +50,15 @@ class MatrixCapsNetNORB(keras.Model):
         num_classes: number of class capsules (5).
         coordinate_addition: add the capsules' positions to the class votes.
         inverse_temperature: final inverse temperature of EM routing (0.01).
-        variance_epsilon: floor of the routing variances (1e-4). A larger
-            floor softens the E-step: on MNIST, the reduced model with 3
-            iterations reached 14.7%, 20.1% and 28.7% after 94 steps with
-            1e-4, 1e-2 and 0.1.
+        tempering: the exponent `tau` of every layer's E-step,
+            `R ∝ (a p) ** tau` (0.1), or one per E-step; 1 is the paper's
+            E-step. See `keras_capsules.routing.em_routing`.
+        normalization: how ConvCaps1 and ConvCaps2 share a child's `R`:
+            `"types_and_positions"` (default, the paper's text) or
+            `"positions"` (per output type, the authors' code).
+        inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`,
+            see `keras_capsules.routing.inverse_temperatures`.
+        variance_epsilon: floor of the routing variances (1e-4).
         rescale: if given, the model multiplies its inputs by this factor
             first (`1 / 255` for uint8 images). smallNORB inputs come
             normalised from `keras_capsules.datasets.smallnorb`: `None`.
@@ -88,6 +93,9 @@ class MatrixCapsNetNORB(keras.Model):
         coordinate_addition=True,
         inverse_temperature=routing.INVERSE_TEMPERATURE,
         variance_epsilon=routing.VARIANCE_EPSILON,
+        tempering=routing.TEMPERING,
+        normalization="types_and_positions",
+        inverse_temperature_schedule="rescaled",
         rescale=None,
         weight_decay=2e-7,
         learning_rate=3e-3,
@@ -105,10 +113,14 @@ class MatrixCapsNetNORB(keras.Model):
         if weight_decay < 0:
             raise ValueError(f"`weight_decay` must be non-negative. Received: {weight_decay!r}")
         regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
+        if isinstance(tempering, (list, tuple)):
+            tempering = list(tempering)
         routed = {
             "iterations": iterations,
             "inverse_temperature": inverse_temperature,
             "variance_epsilon": variance_epsilon,
+            "tempering": tempering,
+            "inverse_temperature_schedule": inverse_temperature_schedule,
         }
 
         inputs = keras.Input(shape=input_shape, name="images")
@@ -137,6 +149,7 @@ class MatrixCapsNetNORB(keras.Model):
             3,
             strides=2,
             kernel_regularizer=regularizer,
+            normalization=normalization,
             name="conv_caps1",
             dtype=policy,
             **routed,
@@ -146,6 +159,7 @@ class MatrixCapsNetNORB(keras.Model):
             3,
             strides=1,
             kernel_regularizer=regularizer,
+            normalization=normalization,
             name="conv_caps2",
             dtype=policy,
             **routed,
@@ -180,6 +194,9 @@ class MatrixCapsNetNORB(keras.Model):
             "coordinate_addition": coordinate_addition,
             "inverse_temperature": inverse_temperature,
             "variance_epsilon": variance_epsilon,
+            "tempering": tempering,
+            "normalization": normalization,
+            "inverse_temperature_schedule": inverse_temperature_schedule,
             "rescale": rescale,
             "weight_decay": weight_decay,
             "learning_rate": learning_rate,

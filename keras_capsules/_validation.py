@@ -13,6 +13,13 @@ def check_positive(name, value):
         raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
 
 
+def check_choice(name, value, choices):
+    """Raise a `ValueError` naming `name` unless `value` is one of `choices`."""
+    if not isinstance(value, str) or value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"`{name}` must be one of {options}. Received: {name}={value!r}")
+
+
 def check_gradient_method(gradient, stop_gradient=False):
     """Raise a `ValueError` unless `gradient` names a routing gradient method.
 

@@ -6,6 +6,7 @@ from keras_capsules._autodiff import recompute_gradient
 from keras_capsules._autodiff import supports_recompute_gradient
 from keras_capsules._autodiff import vjp
 from keras_capsules._autodiff import with_gradient
+from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
@@ -52,7 +53,7 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
 
     >>> import numpy as np
     >>> votes = np.random.normal(size=(2, 1152, 10, 16)).astype("float32")
-    >>> dynamic_routing(votes, routings=3).shape
+    >>> tuple(dynamic_routing(votes, routings=3).shape)
     (2, 10, 16)
 
     Reference:
@@ -306,6 +307,15 @@ def _softmax(x, axis):
 INVERSE_TEMPERATURE = 0.01
 """Default final inverse temperature `lambda` of EM routing."""
 
+TEMPERING = 0.1
+"""Default exponent `tau` of the tempered E-step, `R ∝ (a[j] p[i, j]) ** tau` (1: the paper's)."""
+
+SCHEDULES = ("rescaled", "authors")
+"""The inverse temperature schedules of `inverse_temperatures`."""
+
+NORMALIZATIONS = ("types_and_positions", "positions")
+"""How a convolutional capsule layer normalises a child's `R` (see `normalize_over_positions`)."""
+
 VARIANCE_EPSILON = 1e-4
 """Default floor of every per-dimension variance in EM routing."""
 
@@ -315,18 +325,57 @@ EM_EPSILON = 1e-7
 _LOG_2PI = 1.8378770664093453
 
 
-def inverse_temperatures(iterations, final=INVERSE_TEMPERATURE):
+def inverse_temperatures(iterations, final=INVERSE_TEMPERATURE, schedule="rescaled"):
     """The inverse temperature `lambda` of each EM iteration.
 
-    `lambda_t = final * (1 - 0.95 ** (t + 1)) / (1 - 0.95 ** iterations)` for
-    `t = 0 .. iterations - 1`: the growing schedule of the reference
-    implementations, rescaled so that the last iteration, the one whose
-    activations leave the layer, uses `final` itself. (Unscaled, the last
-    `lambda` of 3 iterations would be 14% of `final`, and activations
-    would barely depend on the costs.)
+    Both schedules grow as `1 - 0.95 ** (t + 1)` over the iterations
+    `t = 0 .. iterations - 1`, the schedule of the authors' answer on
+    OpenReview and of their code:
+
+    - `"rescaled"` (default): `final * (1 - 0.95 ** (t + 1)) / (1 - 0.95 **
+      iterations)`, rescaled so that the last iteration, the one whose
+      activations leave the layer, uses `final` itself;
+    - `"authors"`: `final * (1 - 0.95 ** (t + 1))`, as the authors' code
+      computes it. With `final = 0.01` and 3 iterations the last `lambda` is
+      0.0014, 14% of `final`, and the activations barely depend on the costs.
+      (The authors' class capsule layer also divides `final` by 4.)
+
+    Example:
+
+    >>> [round(x, 5) for x in inverse_temperatures(3, 0.01, schedule="authors")]
+    [0.0005, 0.00098, 0.00143]
     """
-    top = 1.0 - 0.95**iterations
+    check_positive_int("iterations", iterations)
+    check_choice("schedule", schedule, SCHEDULES)
+    top = 1.0 - 0.95**iterations if schedule == "rescaled" else 1.0
     return [final * (1.0 - 0.95 ** (t + 1)) / top for t in range(iterations)]
+
+
+def tempering_schedule(tempering, iterations):
+    """The exponent `tau` of each E-step of `iterations` EM iterations.
+
+    `tempering` is one positive number for every E-step, or a sequence with
+    one per E-step (`iterations - 1` of them: the last iteration has no
+    E-step). Raises a `ValueError` naming `tempering` otherwise.
+    """
+    check_positive_int("iterations", iterations)
+    if isinstance(tempering, (list, tuple)):
+        values = list(tempering)
+        if len(values) != iterations - 1:
+            raise ValueError(
+                "`tempering` must be a positive number or one per E-step "
+                f"({iterations - 1} for {iterations} iterations). Received: "
+                f"tempering={tempering!r}"
+            )
+    else:
+        values = [tempering] * (iterations - 1)
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(
+                "`tempering` must be a positive number or a sequence of them. "
+                f"Received: tempering={tempering!r}"
+            )
+    return [float(value) for value in values]
 
 
 def em_routing(
@@ -338,6 +387,8 @@ def em_routing(
     inverse_temperature=INVERSE_TEMPERATURE,
     variance_epsilon=VARIANCE_EPSILON,
     return_responsibilities=False,
+    tempering=TEMPERING,
+    inverse_temperature_schedule="rescaled",
 ):
     """EM routing between matrix capsules (Hinton, Sabour, Frosst 2018, Procedure 1).
 
@@ -353,9 +404,15 @@ def em_routing(
       `a[j] = sigmoid(lambda_t (beta_a[j] - cost[j]))`;
     - the E-step (all but the last iteration): the log-density `log p[i, j]`
       of each vote under its parent's Gaussian and
-      `R[i, j] = softmax_j(log a[j] + log p[i, j])`, in log space.
+      `R[i, j] = softmax_j(tau * (log a[j] + log p[i, j]))`, in log space,
+      that is `R[i, j] ∝ (a[j] p[i, j]) ** tau`.
 
-    `lambda_t` follows `inverse_temperatures(iterations, inverse_temperature)`.
+    `tau` is `tempering`. The paper's E-step is `tau = 1`; the default, 0.1,
+    is a tempered E-step (deterministic annealing EM), which keeps the
+    responsibilities soft after the first M-step so that 3 iterations train
+    as well as 2 (see the Matrix capsules guide). `lambda_t` follows
+    `inverse_temperatures(iterations, inverse_temperature,
+    inverse_temperature_schedule)`.
     Three epsilons are involved: `variance_epsilon` floors the variance (so
     `log sigma` and `1 / var` stay finite when all votes agree exactly),
     `EM_EPSILON` (1e-7) is added to `sum_i r` before dividing, and negative
@@ -382,6 +439,11 @@ def em_routing(
         variance_epsilon: the variance floor.
         return_responsibilities: also return `R` of the last E-step,
             `(batch, num_inputs, num_outputs)`, summing to 1 over parents.
+        tempering: the E-step exponent `tau`, a positive number (0.1), or a
+            sequence of one per E-step (`iterations - 1` numbers). 1 is the
+            paper's E-step.
+        inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`;
+            see `inverse_temperatures`.
 
     Returns:
         `(poses, activations)`: the parents' means, `(batch, num_outputs, 16)`,
@@ -393,13 +455,15 @@ def em_routing(
     >>> votes = np.random.normal(size=(2, 32, 5, 16)).astype("float32")
     >>> poses, acts = em_routing(votes, np.ones((2, 32), "float32"),
     ...                          np.zeros(5, "float32"), np.zeros(5, "float32"))
-    >>> poses.shape, acts.shape
+    >>> tuple(poses.shape), tuple(acts.shape)
     ((2, 5, 16), (2, 5))
 
     Reference:
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
     """
     check_positive_int("iterations", iterations)
+    tempering_schedule(tempering, iterations)
+    check_choice("inverse_temperature_schedule", inverse_temperature_schedule, SCHEDULES)
     votes = ops.convert_to_tensor(votes)
     activations = ops.convert_to_tensor(activations)
     if len(votes.shape) != 4:
@@ -425,6 +489,8 @@ def em_routing(
         variance_epsilon,
         initial_responsibility=1.0 / num_outputs,
         log_normalize=normalize_over_outputs,
+        tempering=tempering,
+        schedule=inverse_temperature_schedule,
     )
     poses, acts = poses[:, 0], acts[:, 0]
     if dtype in _LOW_PRECISION:
@@ -454,6 +520,8 @@ def em_route(
     initial_responsibility,
     log_normalize,
     gradient="auto",
+    tempering=TEMPERING,
+    schedule="rescaled",
 ):
     """The iterations of EM routing, shared by `em_routing` and the matrix capsule layers.
 
@@ -467,10 +535,12 @@ def em_route(
             batched matrix products over contiguous memory.
         activations: `(batch, sites, num_inputs)`.
         beta_v, beta_a: `(num_outputs,)`.
-        iterations, inverse_temperature, variance_epsilon: as `em_routing`.
+        iterations, inverse_temperature, variance_epsilon, tempering: as
+            `em_routing`.
+        schedule: `em_routing`'s `inverse_temperature_schedule`.
         initial_responsibility: `R` of the first M-step, a float or a tensor
             broadcastable to `(batch, sites, num_outputs, num_inputs)`.
-        log_normalize: maps the E-step's logits `log a[j] + log p[i, j]`,
+        log_normalize: maps the E-step's logits `tau (log a[j] + log p[i, j])`,
             shaped like `R`, to `log R`, normalising over all the parents of
             each child (a convolutional layer's children have parents at
             several sites).
@@ -506,7 +576,8 @@ def em_route(
     beta_v = ops.cast(beta_v, "float32")
     beta_a = ops.cast(beta_a, "float32")
     settings = {
-        "schedule": inverse_temperatures(iterations, inverse_temperature),
+        "schedule": inverse_temperatures(iterations, inverse_temperature, schedule),
+        "tempering": tempering_schedule(tempering, iterations),
         "dim": votes.shape[-1],
         "variance_epsilon": variance_epsilon,
         "initial_responsibility": initial_responsibility,
@@ -543,6 +614,7 @@ def _em_iterations(
     beta_v,
     beta_a,
     schedule,
+    tempering,
     dim,
     variance_epsilon,
     initial_responsibility,
@@ -589,6 +661,8 @@ def _em_iterations(
         squared = ops.maximum(squared + offset, 0.0)  # (batch, sites, outputs, inputs)
         log_norm = -0.5 * (ops.sum(log_variance, axis=-1, keepdims=True) + dim * _LOG_2PI)
         logits = ops.expand_dims(ops.log_sigmoid(logit_a), -1) + log_norm - 0.5 * squared
+        if tempering[t] != 1.0:  # the tempered E-step: R ∝ (a p) ** tau
+            logits = tempering[t] * logits
         responsibility = ops.exp(log_normalize(logits))
 
 
@@ -742,27 +816,44 @@ def convolution_sites(height, width, kernel_size, strides):
     return children.astype("int32"), parents_of.astype("int32"), counts, (out_h, out_w)
 
 
-def normalize_over_positions(logits, children, parents_of):
-    """`log R` for a convolutional layer: each child over all types x positions of its parents.
+def normalize_over_positions(logits, children, parents_of, normalization="types_and_positions"):
+    """`log R` for a convolutional layer: each child over the parents that read it.
+
+    A child is read by the parents of every site whose patch contains it.
+    `normalization` says which of them share it:
+
+    - `"types_and_positions"` (default), Procedure 1's text: all of them, the
+      output types of every such site; `exp(log R)` sums to 1 per child.
+    - `"positions"`, the authors' code (`update_conv_routing`): for each
+      output type, the parents of that type at those sites; `exp(log R)`
+      sums to 1 per child and output type, so types do not compete.
 
     Args:
         logits: `(batch, sites, num_outputs, patch_size, num_input_types)`.
         children, parents_of: from `convolution_sites` (`sites * patch_size`
             patch entries).
+        normalization: `"types_and_positions"` or `"positions"`.
 
     Returns:
-        `log R`, shaped like `logits`: for every child, `exp(log R)` sums to 1
-        over the output types of every site whose patch contains it.
+        `log R`, shaped like `logits`.
     """
+    check_choice("normalization", normalization, NORMALIZATIONS)
     shape = ops.shape(logits)
-    batch, num_types = shape[0], shape[-1]
-    # Per patch entry: log-sum-exp over the output types of its site.
-    local = ops.logsumexp(logits, axis=2)  # (batch, sites, patch, types)
-    local = ops.reshape(local, (batch, -1, num_types))
-    padding = ops.full((batch, 1, num_types), -1e30, dtype=local.dtype)
+    batch, sites, patch = shape[0], shape[1], shape[3]
+    if normalization == "types_and_positions":
+        # Per patch entry: log-sum-exp over the output types of its site.
+        local = ops.logsumexp(logits, axis=2)  # (batch, sites, patch, types)
+        groups = 1
+    else:
+        local = ops.transpose(logits, (0, 1, 3, 2, 4))  # (batch, sites, patch, outputs, types)
+        groups = shape[2]
+    local = ops.reshape(local, (batch, sites * patch, -1))
+    padding = ops.full((batch, 1, ops.shape(local)[2]), -1e30, dtype=local.dtype)
     local = ops.concatenate([local, padding], axis=1)
     # Per child: log-sum-exp over the patch entries that read it.
     per_child = ops.logsumexp(ops.take(local, parents_of, axis=1), axis=2)
-    per_entry = ops.take(per_child, children, axis=1)  # (batch, sites * patch, types)
-    per_entry = ops.reshape(per_entry, (batch, shape[1], 1, shape[3], num_types))
-    return logits - per_entry
+    per_entry = ops.take(per_child, children, axis=1)  # (batch, sites * patch, groups * types)
+    if groups == 1:
+        return logits - ops.reshape(per_entry, (batch, sites, 1, patch, -1))
+    per_entry = ops.reshape(per_entry, (batch, sites, patch, groups, -1))
+    return logits - ops.transpose(per_entry, (0, 1, 3, 2, 4))

@@ -17,6 +17,11 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def rescaled_lambdas(iterations, final):
+    """The library's schedule: the authors' growth, rescaled to end at `final`."""
+    return [final * (1 - 0.95 ** (t + 1)) / (1 - 0.95**iterations) for t in range(iterations)]
+
+
 def numpy_em_edges(
     votes,
     child_of,
@@ -25,26 +30,43 @@ def numpy_em_edges(
     beta_v,
     beta_a,
     parent_type,
-    iterations,
-    final_lambda,
+    lambdas,
     var_eps,
+    tempering=None,
+    per_type=False,
 ):
     """EM routing on an explicit list of edges, in float64 with direct squares.
 
     votes: (E, 16); child_of / parent_of: (E,) ids; child_act: per child id;
-    beta_v / beta_a indexed by parent type; parent_type: per parent id.
+    beta_v / beta_a indexed by parent type; parent_type: per parent id;
+    lambdas: the inverse temperature of each iteration; tempering: the
+    exponent of each E-step, R ∝ (a p) ** tau (default 1, Procedure 1).
+    Procedure 1 splits each child over all its parents, R = 1 / |parents|
+    first; `per_type` splits it per parent type over the parents of that
+    type instead, R = 1 / |types| first (the authors' `update_conv_routing`).
     Returns per-parent means, activations and the last R per edge.
     """
     votes = votes.astype("float64")
     num_parents = parent_type.shape[0]
     num_children = child_act.shape[0]
+    iterations = len(lambdas)
+    tempering = [1.0] * (iterations - 1) if tempering is None else tempering
+    edge_type = parent_type[parent_of]
+    num_types = parent_type.max() + 1
+    # The edges each child's R is normalised over.
+    if per_type:
+        groups = [
+            np.flatnonzero((child_of == c) & (edge_type == k))
+            for c in range(num_children)
+            for k in range(num_types)
+        ]
+    else:
+        groups = [np.flatnonzero(child_of == c) for c in range(num_children)]
     r = np.zeros(len(votes))
-    for c in range(num_children):  # R = 1 / |parents of c|
-        mine = child_of == c
-        r[mine] = 1.0 / max(mine.sum(), 1)
+    for mine in groups:
+        r[mine] = 1.0 / num_types if per_type else 1.0 / max(len(mine), 1)
     last_r = None
-    for t in range(iterations):
-        lam = final_lambda * (1 - 0.95 ** (t + 1)) / (1 - 0.95**iterations)
+    for t, lam in enumerate(lambdas):
         mu = np.zeros((num_parents, 16))
         var = np.zeros((num_parents, 16))
         act = np.zeros(num_parents)
@@ -69,16 +91,17 @@ def numpy_em_edges(
                 for e in range(len(votes))
             ]
         )
-        logits = np.log(act[parent_of]) + log_p
-        for c in range(num_children):
-            mine = np.flatnonzero(child_of == c)
+        logits = tempering[t] * (np.log(act[parent_of]) + log_p)
+        for mine in groups:
             if len(mine):
                 z = np.exp(logits[mine] - logits[mine].max())
                 r[mine] = z / z.sum()
         last_r = r.copy()
 
 
-def reference_fully_connected(votes, activations, beta_v, beta_a, iterations, lam, eps):
+def reference_fully_connected(
+    votes, activations, beta_v, beta_a, iterations, lam, eps, tempering=None, lambdas=None
+):
     batch, num_in, num_out, _ = votes.shape
     child_of, parent_of = np.divmod(np.arange(num_in * num_out), num_out)
     poses, acts, resp = [], [], []
@@ -91,9 +114,9 @@ def reference_fully_connected(votes, activations, beta_v, beta_a, iterations, la
             beta_v,
             beta_a,
             np.arange(num_out),
-            iterations,
-            lam,
+            rescaled_lambdas(iterations, lam) if lambdas is None else lambdas,
             eps,
+            tempering,
         )
         poses.append(mu)
         acts.append(act)
@@ -103,18 +126,26 @@ def reference_fully_connected(votes, activations, beta_v, beta_a, iterations, la
     return np.stack(poses), np.stack(acts), np.stack(resp)
 
 
-@pytest.mark.parametrize("iterations", [1, 2, 3, 4, 5])
-@pytest.mark.parametrize("shape", [(2, 12, 3), (1, 40, 5), (2, 7, 1)])
-def test_matches_numpy_procedure(shape, iterations):
-    rng = np.random.default_rng(iterations)
-    batch, num_in, num_out = shape
+def _routing_problem(seed, batch, num_in, num_out):
+    rng = np.random.default_rng(seed)
     votes = rng.normal(size=(batch, num_in, num_out, 16)).astype("float32")
     votes[:, : num_in // 2, 0] += 1.5  # some agreement to route on
     activations = rng.uniform(0.2, 1.0, size=(batch, num_in)).astype("float32")
     beta_v = rng.normal(size=num_out).astype("float32")
     beta_a = rng.normal(size=num_out).astype("float32")
+    return votes, activations, beta_v, beta_a
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("shape", [(2, 12, 3), (1, 40, 5), (2, 7, 1)])
+@pytest.mark.parametrize("tempering", [1.0, 0.1])
+def test_matches_numpy_procedure(shape, iterations, tempering):
+    """Procedure 1 as the paper writes it (tempering 1) and with the tempered E-step."""
+    votes, activations, beta_v, beta_a = _routing_problem(iterations, *shape)
     # A large final lambda makes the activations depend strongly on the costs.
-    expected = reference_fully_connected(votes, activations, beta_v, beta_a, iterations, 0.1, 1e-4)
+    expected = reference_fully_connected(
+        votes, activations, beta_v, beta_a, iterations, 0.1, 1e-4, [tempering] * (iterations - 1)
+    )
     got = em_routing(
         votes,
         activations,
@@ -124,9 +155,44 @@ def test_matches_numpy_procedure(shape, iterations):
         inverse_temperature=0.1,
         variance_epsilon=1e-4,
         return_responsibilities=True,
+        tempering=tempering,
     )
     for g, e in zip(got, expected):
         np.testing.assert_allclose(ops.convert_to_numpy(g), e, rtol=2e-4, atol=2e-5)
+
+
+def test_tempering_per_e_step_and_the_authors_schedule():
+    votes, activations, beta_v, beta_a = _routing_problem(7, 2, 20, 4)
+    # The authors' schedule, 0.2 (1 - 0.95 ** (t + 1)), written out.
+    lambdas = [0.2 * 0.05, 0.2 * (1 - 0.95**2), 0.2 * (1 - 0.95**3)]
+    expected = reference_fully_connected(
+        votes, activations, beta_v, beta_a, 3, None, 1e-4, [0.05, 0.5], lambdas=lambdas
+    )
+    got = em_routing(
+        votes,
+        activations,
+        beta_v,
+        beta_a,
+        3,
+        inverse_temperature=0.2,
+        return_responsibilities=True,
+        tempering=[0.05, 0.5],
+        inverse_temperature_schedule="authors",
+    )
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(ops.convert_to_numpy(g), e, rtol=2e-4, atol=2e-5)
+
+
+def test_tempering_softens_the_responsibilities():
+    votes, activations, beta_v, beta_a = _routing_problem(8, 2, 30, 5)
+    spread = {}
+    for tau in (1.0, 0.1):
+        *_, resp = em_routing(
+            votes, activations, beta_v, beta_a, 3, return_responsibilities=True, tempering=tau
+        )
+        spread[tau] = ops.convert_to_numpy(resp).max(-1).mean()
+    # The literal E-step gives every child almost wholly to one parent.
+    assert spread[1.0] > 0.85 and spread[0.1] < 0.5, spread  # uniform: 0.2
 
 
 def test_responsibilities_sum_to_one_and_activations_in_unit_interval():
@@ -145,11 +211,29 @@ def test_responsibilities_sum_to_one_and_activations_in_unit_interval():
     assert np.all((acts > 0) & (acts < 1))
 
 
-def test_inverse_temperature_schedule_grows_towards_final():
-    schedule = inverse_temperatures(3, 0.01)
-    np.testing.assert_allclose(schedule, [0.01 * (1 - 0.95**t) / (1 - 0.95**3) for t in (1, 2, 3)])
-    assert schedule[0] < schedule[1] < schedule[2]
-    assert schedule[2] == pytest.approx(0.01)  # the last iteration uses the final value
+def test_inverse_temperature_schedules():
+    # The authors' 0.01 (1 - 0.95 ** (t + 1)) (OpenReview answer), written out.
+    authors = inverse_temperatures(3, 0.01, schedule="authors")
+    np.testing.assert_allclose(authors, [0.0005, 0.000975, 0.00142625])
+    # The library's default: the same growth, scaled so that the last one is the final value.
+    rescaled = inverse_temperatures(3, 0.01)
+    assert rescaled[2] == pytest.approx(0.01)
+    np.testing.assert_allclose(np.array(rescaled) / authors, 0.01 / 0.00142625)
+    with pytest.raises(ValueError, match="schedule"):
+        inverse_temperatures(3, 0.01, schedule="paper")
+    votes, activations, beta_v, beta_a = _routing_problem(0, 1, 4, 2)
+    with pytest.raises(ValueError, match="inverse_temperature_schedule"):
+        em_routing(votes, activations, beta_v, beta_a, inverse_temperature_schedule="paper")
+
+
+@pytest.mark.parametrize(
+    "tempering, iterations",
+    [(0.0, 3), (-1.0, 2), ("soft", 3), (True, 3), ([0.1], 3), ([0.1, 0.2, 0.3], 3), ([0.1, 0], 3)],
+)
+def test_bad_tempering_is_named(tempering, iterations):
+    votes, activations, beta_v, beta_a = _routing_problem(0, 1, 4, 2)
+    with pytest.raises(ValueError, match="tempering"):
+        em_routing(votes, activations, beta_v, beta_a, iterations, tempering=tempering)
 
 
 @pytest.mark.parametrize("scale", [0.0, 1e-8, 1.0, 1e4])
@@ -254,9 +338,10 @@ def _conv_normalizer(grid, kernel_size, strides):
 
 
 @pytest.mark.skipif(BACKEND == "torch", reason="the structured gradient is for TF and JAX")
-@pytest.mark.parametrize("layout", ["fully_connected", "convolutional"])
+@pytest.mark.parametrize("layout", ["fully_connected", "convolutional", "per_type"])
 @pytest.mark.parametrize("iterations", [1, 3])
-def test_structured_gradient_equals_automatic_differentiation(layout, iterations):
+@pytest.mark.parametrize("tempering", [1.0, 0.1])
+def test_structured_gradient_equals_automatic_differentiation(layout, iterations, tempering):
     rng = np.random.default_rng(5)
     outputs, types = 3, 2
     if layout == "fully_connected":
@@ -270,9 +355,11 @@ def test_structured_gradient_equals_automatic_differentiation(layout, iterations
         initial = np.repeat(1.0 / (counts[children] * outputs), types).astype("float32")
         initial = initial.reshape(1, sites, 1, inputs)
 
+        normalization = "positions" if layout == "per_type" else "types_and_positions"
+
         def normalize(logits):
             logits = ops.reshape(logits, (2, sites, outputs, patch, types))
-            log_r = normalize_over_positions(logits, children, parents_of)
+            log_r = normalize_over_positions(logits, children, parents_of, normalization)
             return ops.reshape(log_r, (2, sites, outputs, inputs))
 
     votes = rng.normal(size=(2, sites, outputs, inputs, 16)).astype("float32")
@@ -287,7 +374,17 @@ def test_structured_gradient_equals_automatic_differentiation(layout, iterations
     def loss(method):
         def fn(v, a, bv, ba):
             poses, acts, resp = em_route(
-                v, a, bv, ba, iterations, 0.05, 1e-4, initial, normalize, gradient=method
+                v,
+                a,
+                bv,
+                ba,
+                iterations,
+                0.05,
+                1e-4,
+                initial,
+                normalize,
+                gradient=method,
+                tempering=tempering,
             )
             total = ops.sum(poses * w_poses) + ops.sum(acts * w_acts)
             return total if resp is None else total + ops.sum(resp * w_resp)

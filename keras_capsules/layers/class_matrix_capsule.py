@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_capsules import routing
 from keras_capsules._validation import check_capsule_inputs
+from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 
@@ -27,6 +28,10 @@ class ClassMatrixCapsule(keras.layers.Layer):
         coordinate_addition: add the children's positions to their votes.
         inverse_temperature: final inverse temperature `lambda` of routing.
         variance_epsilon: floor of the routing variances.
+        tempering: the E-step exponent `tau`, `R ∝ (a p) ** tau`: a positive
+            number (0.1) or one per E-step. 1 is the paper's E-step.
+        inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`,
+            see `keras_capsules.routing.inverse_temperatures`.
         kernel_initializer: initializer of `W`, shape
             `(input_types, num_classes, 4, 4)`. Default: truncated normal with
             standard deviation 0.5.
@@ -50,7 +55,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
     >>> layer = ClassMatrixCapsule(num_classes=5)
     >>> poses, acts = layer((np.zeros((2, 4, 4, 16, 16), "float32"),
     ...                      np.ones((2, 4, 4, 16), "float32")))
-    >>> poses.shape, acts.shape
+    >>> tuple(poses.shape), tuple(acts.shape)
     ((2, 5, 16), (2, 5))
 
     Reference:
@@ -65,6 +70,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
         coordinate_addition=True,
         inverse_temperature=routing.INVERSE_TEMPERATURE,
         variance_epsilon=routing.VARIANCE_EPSILON,
+        tempering=routing.TEMPERING,
+        inverse_temperature_schedule="rescaled",
         kernel_initializer=None,
         kernel_regularizer=None,
         **kwargs,
@@ -74,11 +81,17 @@ class ClassMatrixCapsule(keras.layers.Layer):
         check_positive_int("iterations", iterations)
         check_positive("inverse_temperature", inverse_temperature)
         check_positive("variance_epsilon", variance_epsilon)
+        routing.tempering_schedule(tempering, iterations)
+        check_choice(
+            "inverse_temperature_schedule", inverse_temperature_schedule, routing.SCHEDULES
+        )
         self.num_classes = num_classes
         self.iterations = iterations
         self.coordinate_addition = bool(coordinate_addition)
         self.inverse_temperature = float(inverse_temperature)
         self.variance_epsilon = float(variance_epsilon)
+        self.tempering = list(tempering) if isinstance(tempering, (list, tuple)) else tempering
+        self.inverse_temperature_schedule = inverse_temperature_schedule
         if kernel_initializer is None:
             kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.5)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -123,6 +136,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
             self.variance_epsilon,
             initial_responsibility=1.0 / self.num_classes,
             log_normalize=routing.normalize_over_outputs,
+            tempering=self.tempering,
+            schedule=self.inverse_temperature_schedule,
         )
         out_poses = ops.cast(out_poses[:, 0], self.compute_dtype)
         out_activations = ops.cast(out_activations[:, 0], self.compute_dtype)
@@ -149,6 +164,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
                 "coordinate_addition": self.coordinate_addition,
                 "inverse_temperature": self.inverse_temperature,
                 "variance_epsilon": self.variance_epsilon,
+                "tempering": self.tempering,
+                "inverse_temperature_schedule": self.inverse_temperature_schedule,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
             }

@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_capsules import routing
 from keras_capsules._validation import check_capsule_inputs
+from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 
@@ -18,9 +19,12 @@ class MatrixCapsule(keras.layers.Layer):
     matrix; the same `W` serves every position. EM routing
     (`keras_capsules.routing.em_routing`'s iterations) turns the votes into
     the parents' poses and activations. A child is read by the parents of
-    several positions, and its responsibilities `R` are normalised over all of
-    them, types x positions, as the official code does (normalising over the
-    types of one position only is a common mistake). The votes are one
+    several positions: by default its responsibilities `R` are normalised
+    over all of them, types x positions, as Procedure 1's text says
+    (normalising over the types of one position only is a common mistake);
+    `normalization="positions"` normalises them per output type over the
+    positions instead, as the authors' code does. The E-step is tempered
+    (`tempering`, see `keras_capsules.routing.em_routing`). The votes are one
     batched product of the gathered patches with `W`: nothing is tiled.
 
     Args:
@@ -30,6 +34,14 @@ class MatrixCapsule(keras.layers.Layer):
         iterations: EM iterations, a positive integer (3).
         inverse_temperature: final inverse temperature `lambda` of routing.
         variance_epsilon: floor of the routing variances.
+        tempering: the E-step exponent `tau`, `R ∝ (a p) ** tau`: a positive
+            number (0.1) or one per E-step. 1 is the paper's E-step.
+        normalization: which parents share a child's `R`:
+            `"types_and_positions"` (default, the paper's text) or
+            `"positions"` (per output type, the authors' code, where the
+            first M-step gives every parent `R = 1 / capsule_types`).
+        inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`,
+            see `keras_capsules.routing.inverse_temperatures`.
         kernel_initializer: initializer of `W`, shape
             `(kernel_size * kernel_size * input_types, capsule_types, 4, 4)`.
             Default: truncated normal with standard deviation 0.5, so that
@@ -58,7 +70,7 @@ class MatrixCapsule(keras.layers.Layer):
     >>> layer = MatrixCapsule(capsule_types=16, kernel_size=3, strides=2)
     >>> poses, acts = layer((np.zeros((2, 14, 14, 8, 16), "float32"),
     ...                      np.ones((2, 14, 14, 8), "float32")))
-    >>> poses.shape, acts.shape
+    >>> tuple(poses.shape), tuple(acts.shape)
     ((2, 6, 6, 16, 16), (2, 6, 6, 16))
 
     Reference:
@@ -73,6 +85,9 @@ class MatrixCapsule(keras.layers.Layer):
         iterations=3,
         inverse_temperature=routing.INVERSE_TEMPERATURE,
         variance_epsilon=routing.VARIANCE_EPSILON,
+        tempering=routing.TEMPERING,
+        normalization="types_and_positions",
+        inverse_temperature_schedule="rescaled",
         kernel_initializer=None,
         kernel_regularizer=None,
         **kwargs,
@@ -84,12 +99,20 @@ class MatrixCapsule(keras.layers.Layer):
         check_positive_int("iterations", iterations)
         check_positive("inverse_temperature", inverse_temperature)
         check_positive("variance_epsilon", variance_epsilon)
+        routing.tempering_schedule(tempering, iterations)
+        check_choice("normalization", normalization, routing.NORMALIZATIONS)
+        check_choice(
+            "inverse_temperature_schedule", inverse_temperature_schedule, routing.SCHEDULES
+        )
         self.capsule_types = capsule_types
         self.kernel_size = kernel_size
         self.strides = strides
         self.iterations = iterations
         self.inverse_temperature = float(inverse_temperature)
         self.variance_epsilon = float(variance_epsilon)
+        self.tempering = list(tempering) if isinstance(tempering, (list, tuple)) else tempering
+        self.normalization = normalization
+        self.inverse_temperature_schedule = inverse_temperature_schedule
         if kernel_initializer is None:
             kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.5)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -105,8 +128,12 @@ class MatrixCapsule(keras.layers.Layer):
         self._parents_of = parents_of
         self._out_size = out_size
         patch = self.kernel_size * self.kernel_size
-        # R of the first M-step: each child split evenly over all its parents.
-        initial = 1.0 / (counts[children] * self.capsule_types)
+        # R of the first M-step: each child split evenly over all its parents,
+        # or, per type, 1 / capsule_types for every parent (the authors' code).
+        if self.normalization == "positions":
+            initial = np.full(len(children), 1.0 / self.capsule_types)
+        else:
+            initial = 1.0 / (counts[children] * self.capsule_types)
         initial = np.repeat(initial.reshape(-1, patch, 1), input_types, axis=-1)
         self._initial = initial.reshape(1, -1, 1, patch * input_types).astype("float32")
         self.kernel = self.add_weight(
@@ -156,7 +183,9 @@ class MatrixCapsule(keras.layers.Layer):
 
         def log_normalize(logits):
             logits = ops.reshape(logits, (batch, sites, self.capsule_types, patch, types))
-            log_r = routing.normalize_over_positions(logits, self._children, self._parents_of)
+            log_r = routing.normalize_over_positions(
+                logits, self._children, self._parents_of, self.normalization
+            )
             return ops.reshape(log_r, (batch, sites, self.capsule_types, num_inputs))
 
         out_poses, out_activations, resp = routing.em_route(
@@ -169,6 +198,8 @@ class MatrixCapsule(keras.layers.Layer):
             self.variance_epsilon,
             initial_responsibility=ops.convert_to_tensor(self._initial),
             log_normalize=log_normalize,
+            tempering=self.tempering,
+            schedule=self.inverse_temperature_schedule,
         )
         out_poses = ops.reshape(out_poses, (batch, out_h, out_w, self.capsule_types, 16))
         out_activations = ops.reshape(out_activations, (batch, out_h, out_w, self.capsule_types))
@@ -206,6 +237,9 @@ class MatrixCapsule(keras.layers.Layer):
                 "iterations": self.iterations,
                 "inverse_temperature": self.inverse_temperature,
                 "variance_epsilon": self.variance_epsilon,
+                "tempering": self.tempering,
+                "normalization": self.normalization,
+                "inverse_temperature_schedule": self.inverse_temperature_schedule,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
             }

@@ -4,6 +4,7 @@ import pytest
 from keras import ops
 
 import applications
+from keras_capsules import routing
 from keras_capsules.callbacks import SpreadMarginSchedule
 from keras_capsules.losses import SpreadLoss
 from tests.conftest import requires_tensorflow
@@ -30,13 +31,34 @@ def test_parameter_counts_of_the_paper_models():
 
 def test_routing_arguments_reach_every_capsule_layer():
     model = applications.MatrixCapsNetNORB(
-        **TINY, inverse_temperature=0.05, variance_epsilon=1e-2, compile=False
+        **TINY,
+        inverse_temperature=0.05,
+        variance_epsilon=1e-2,
+        tempering=(0.3,),
+        normalization="positions",
+        inverse_temperature_schedule="authors",
+        compile=False,
     )
     for name in ("conv_caps1", "conv_caps2", "class_caps"):
         layer = model.get_layer(name)
         assert (layer.iterations, layer.inverse_temperature) == (2, 0.05)
         assert layer.variance_epsilon == 1e-2
-    assert model.get_config()["variance_epsilon"] == 1e-2
+        assert layer.tempering == [0.3]
+        assert layer.inverse_temperature_schedule == "authors"
+    for name in ("conv_caps1", "conv_caps2"):
+        assert model.get_layer(name).normalization == "positions"
+    config = model.get_config()
+    assert config["variance_epsilon"] == 1e-2
+    assert (config["tempering"], config["normalization"]) == ([0.3], "positions")
+
+
+def test_defaults_are_the_tempered_e_step_of_the_papers_normalisation():
+    model = applications.MatrixCapsNetNORB(**TINY, compile=False)
+    for name in ("conv_caps1", "conv_caps2", "class_caps"):
+        layer = model.get_layer(name)
+        assert layer.tempering == routing.TEMPERING == 0.1
+        assert layer.inverse_temperature_schedule == "rescaled"
+    assert model.get_layer("conv_caps1").normalization == "types_and_positions"
 
 
 def test_architecture_shapes():
@@ -126,6 +148,10 @@ def test_mixed_precision_is_finite(mixed_precision):
         ({"A": 0}, "A"),
         ({"iterations": 0}, "iterations"),
         ({"weight_decay": -1.0}, "weight_decay"),
+        ({"tempering": 0.0}, "tempering"),
+        ({"tempering": [0.1]}, "tempering"),  # 3 iterations have 2 E-steps
+        ({"normalization": "types"}, "normalization"),
+        ({"inverse_temperature_schedule": "paper"}, "inverse_temperature_schedule"),
         ({"input_shape": (12, 12, 2)}, "kernel"),
     ],
 )
@@ -134,30 +160,21 @@ def test_bad_arguments(kwargs, match):
         applications.MatrixCapsNetNORB(**kwargs)
 
 
-@pytest.mark.slow
-def test_learns_real_mnist(mnist_data):
-    """3,000 real training images, one pass of 94 steps: an EM model passes 35% on 1,000 tests.
-
-    Measured with this seed: 64.5% (TensorFlow) and 69.4% (JAX); 54.6% with
-    another seed. Chance is 10%. The model is reduced (A=32, B=8, C=D=8) and
-    routes with 2 EM iterations at a learning rate of 1e-2: in so few steps the
-    third iteration, whose E-step has made the responsibilities nearly hard,
-    leaves a model near chance (14.7%), and Adam at 3e-3 learns about half as
-    fast. The benchmark run with 3 iterations is in the README.
-    """
+def train_reduced_on_mnist(mnist_data, **routing_options):
+    """94 steps of 32 real MNIST images for the reduced EM model; test accuracy on 1,000."""
     (x_train, y_train), (x_test, y_test) = mnist_data
     model = applications.MatrixCapsNetNORB(
         A=32,
         B=8,
         C=8,
         D=8,
-        iterations=2,
         input_shape=(28, 28, 1),
         num_classes=10,
         rescale=1 / 255,
         learning_rate=1e-2,
+        **routing_options,
     )
-    model.fit(
+    history = model.fit(
         x_train[:3000, ..., None],
         y_train[:3000],
         batch_size=32,
@@ -165,5 +182,22 @@ def test_learns_real_mnist(mnist_data):
         verbose=0,
         callbacks=[SpreadMarginSchedule(0.2, 0.9)],
     )
+    assert np.all(np.isfinite(history.history["loss"]))
     results = model.evaluate(x_test[:1000, ..., None], y_test[:1000], verbose=0, return_dict=True)
-    assert results["accuracy"] >= 0.35, results
+    return results["accuracy"]
+
+
+@pytest.mark.slow
+def test_learns_real_mnist_at_three_iterations(mnist_data):
+    """The defaults, 3 EM iterations and the tempered E-step, learn MNIST in 94 steps.
+
+    The reduced model (A=32, B=8, C=D=8) sees 3,000 real training images once
+    (Adam 1e-2) and is tested on 1,000; chance is 10%. Measured on TensorFlow
+    with TEST_SEED 1234, 1 and 2: 86.6%, 82.5% and 84.9%. The paper's E-step
+    (`tempering=1.0`) reaches 21.7%, 17.9% and 20.9% in the same runs: its
+    second E-step makes the responsibilities nearly hard, and the gradient
+    through them is noise (docs/matrix_capsules.md). The floor, 70%, lies
+    between the two.
+    """
+    accuracy = train_reduced_on_mnist(mnist_data, iterations=3)
+    assert accuracy >= 0.70, accuracy

@@ -5,6 +5,8 @@ from keras import ops
 
 from keras_capsules.layers import ClassMatrixCapsule
 from tests.conftest import gradient
+from tests.layers.test_matrix_capsule import lambdas_of
+from tests.layers.test_matrix_capsule import tempering_of
 from tests.test_em_routing import reference_fully_connected
 
 
@@ -28,17 +30,27 @@ def reference(layer, poses, activations):
         layer.iterations,
         layer.inverse_temperature,
         layer.variance_epsilon,
+        tempering_of(layer),
+        lambdas=lambdas_of(layer),
     )
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"tempering": 1.0}, {"tempering": 1.0, "inverse_temperature_schedule": "authors"}],
+)
 @pytest.mark.parametrize("coordinate_addition", [True, False])
 @pytest.mark.parametrize("iterations", [1, 3])
-def test_matches_numpy_reference(coordinate_addition, iterations):
+def test_matches_numpy_reference(coordinate_addition, iterations, settings):
     rng = np.random.default_rng(iterations)
     poses = rng.normal(size=(2, 3, 4, 2, 16)).astype("float32")
     activations = rng.uniform(0.2, 1, size=(2, 3, 4, 2)).astype("float32")
     layer = ClassMatrixCapsule(
-        4, iterations=iterations, coordinate_addition=coordinate_addition, inverse_temperature=0.2
+        4,
+        iterations=iterations,
+        coordinate_addition=coordinate_addition,
+        inverse_temperature=0.2,
+        **settings,
     )
     layer.build([poses.shape, activations.shape])
     layer.beta_a.assign(rng.normal(size=4).astype("float32"))
@@ -73,12 +85,23 @@ def test_shapes_finite_gradients_and_errors():
     assert layer.kernel.shape == (8, 5, 4, 4)  # shared across the 4x4 positions
     with pytest.raises(ValueError, match="num_classes"):
         ClassMatrixCapsule(0)
+    with pytest.raises(ValueError, match="tempering"):
+        ClassMatrixCapsule(5, tempering=[0.1])
+    with pytest.raises(ValueError, match="inverse_temperature_schedule"):
+        ClassMatrixCapsule(5, inverse_temperature_schedule="paper")
     with pytest.raises(ValueError, match="poses"):
         ClassMatrixCapsule(5).build([(None, 4, 8, 16), (None, 4, 8)])
 
 
 def test_config_round_trip_and_keras_file(tmp_path):
-    layer = ClassMatrixCapsule(3, iterations=2, coordinate_addition=False, name="cls")
+    layer = ClassMatrixCapsule(
+        3,
+        iterations=2,
+        coordinate_addition=False,
+        tempering=[0.3],
+        inverse_temperature_schedule="authors",
+        name="cls",
+    )
     assert ClassMatrixCapsule.from_config(layer.get_config()).get_config() == layer.get_config()
     poses, acts = keras.Input((2, 2, 4, 16)), keras.Input((2, 2, 4))
     model = keras.Model([poses, acts], layer((poses, acts)))

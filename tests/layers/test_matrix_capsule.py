@@ -6,6 +6,20 @@ from keras import ops
 from keras_capsules.layers import MatrixCapsule
 from tests.conftest import gradient
 from tests.test_em_routing import numpy_em_edges
+from tests.test_em_routing import rescaled_lambdas
+
+
+def lambdas_of(layer):
+    """The layer's inverse temperatures, from the papers' formulas."""
+    n, final = layer.iterations, layer.inverse_temperature
+    if layer.inverse_temperature_schedule == "authors":
+        return [final * (1 - 0.95 ** (t + 1)) for t in range(n)]
+    return rescaled_lambdas(n, final)
+
+
+def tempering_of(layer):
+    tau = layer.tempering
+    return list(tau) if isinstance(tau, list) else [tau] * (layer.iterations - 1)
 
 
 def brute_force(layer, poses, activations):
@@ -43,9 +57,10 @@ def brute_force(layer, poses, activations):
             beta_v,
             beta_a,
             parent_type,
-            layer.iterations,
-            layer.inverse_temperature,
+            lambdas_of(layer),
             layer.variance_epsilon,
+            tempering_of(layer),
+            per_type=layer.normalization == "positions",
         )
         resp = np.zeros((out_h, out_w, k, k, types, c_out))
         if r is not None:
@@ -56,13 +71,33 @@ def brute_force(layer, poses, activations):
     return [np.stack(x) for x in zip(*results)]
 
 
+PROCEDURES = {
+    "tempered": {},  # the defaults
+    "paper": {"tempering": 1.0},  # Procedure 1 as written
+    "authors": {  # the authors' code: per-type normalisation and their schedule
+        "tempering": 1.0,
+        "normalization": "positions",
+        "inverse_temperature_schedule": "authors",
+    },
+    "authors-tempered": {"normalization": "positions", "tempering": [0.2, 0.5]},
+}
+
+
+@pytest.mark.parametrize("procedure", list(PROCEDURES))
 @pytest.mark.parametrize("iterations", [1, 2, 3])
 @pytest.mark.parametrize("grid,kernel_size,strides", [(5, 3, 1), (7, 3, 2), (4, 2, 2)])
-def test_matches_brute_force_over_positions(grid, kernel_size, strides, iterations):
+def test_matches_brute_force_over_positions(grid, kernel_size, strides, iterations, procedure):
     rng = np.random.default_rng(grid + iterations)
     poses = rng.normal(size=(2, grid, grid, 2, 16)).astype("float32")
     activations = rng.uniform(0.2, 1.0, size=(2, grid, grid, 2)).astype("float32")
-    layer = MatrixCapsule(3, kernel_size, strides, iterations=iterations, inverse_temperature=0.3)
+    settings = dict(PROCEDURES[procedure])
+    if isinstance(settings.get("tempering"), list):
+        settings["tempering"] = settings["tempering"][: iterations - 1] + [0.3] * (
+            iterations - 1 - len(settings["tempering"])
+        )
+    layer = MatrixCapsule(
+        3, kernel_size, strides, iterations=iterations, inverse_temperature=0.3, **settings
+    )
     layer.build([poses.shape, activations.shape])
     layer.beta_v.assign(rng.normal(size=3).astype("float32"))
     layer.beta_a.assign(rng.normal(size=3).astype("float32"))
@@ -92,6 +127,20 @@ def test_responsibilities_sum_to_one_over_types_and_positions():
     assert not np.allclose(resp.sum(-1), 1.0, atol=1e-3)
     acts = ops.convert_to_numpy(acts)
     assert np.all((acts > 0) & (acts < 1))
+
+
+def test_positions_normalisation_splits_each_child_per_type():
+    rng = np.random.default_rng(5)
+    poses = rng.normal(size=(2, 7, 7, 3, 16)).astype("float32")
+    activations = rng.uniform(size=(2, 7, 7, 3)).astype("float32")
+    layer = MatrixCapsule(4, 3, 2, iterations=3, normalization="positions", tempering=1.0)
+    _, _, resp = layer((poses, activations), return_responsibilities=True)
+    resp = ops.convert_to_numpy(resp)
+    totals = np.zeros((2, 7, 7, 3, 4))
+    for oy in range(3):
+        for ox in range(3):
+            totals[:, 2 * oy : 2 * oy + 3, 2 * ox : 2 * ox + 3] += resp[:, oy, ox]
+    np.testing.assert_allclose(totals, 1.0, atol=1e-5)  # per child and output type
 
 
 def test_shapes_and_output_shape():
@@ -134,7 +183,17 @@ def test_mixed_precision(mixed_precision):
 
 
 def test_config_round_trip_and_keras_file(tmp_path):
-    layer = MatrixCapsule(4, 3, 2, iterations=2, inverse_temperature=0.05, name="caps")
+    layer = MatrixCapsule(
+        4,
+        3,
+        2,
+        iterations=3,
+        inverse_temperature=0.05,
+        tempering=[0.1, 0.3],
+        normalization="positions",
+        inverse_temperature_schedule="authors",
+        name="caps",
+    )
     clone = MatrixCapsule.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
     poses = keras.Input((7, 7, 3, 16))
@@ -158,6 +217,10 @@ def test_bad_arguments_and_shapes():
         ({"capsule_types": 2, "strides": -1}, "strides"),
         ({"capsule_types": 2, "iterations": 0}, "iterations"),
         ({"capsule_types": 2, "inverse_temperature": 0}, "inverse_temperature"),
+        ({"capsule_types": 2, "tempering": 0}, "tempering"),
+        ({"capsule_types": 2, "tempering": [0.1, 0.2, 0.3]}, "tempering"),
+        ({"capsule_types": 2, "normalization": "types"}, "normalization"),
+        ({"capsule_types": 2, "inverse_temperature_schedule": "x"}, "schedule"),
     ]:
         with pytest.raises(ValueError, match=name):
             MatrixCapsule(**kwargs)
