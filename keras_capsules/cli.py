@@ -33,6 +33,19 @@ MODELS = ("capsnet-mnist", "matrix-capsnet-mnist", "matrix-capsnet-norb")
 MATRIX_MODELS = ("matrix-capsnet-mnist", "matrix-capsnet-norb")
 
 
+def _tempering(text):
+    """`--tempering`: one positive number, or several separated by commas."""
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(v > 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number or positive numbers separated by commas: {text!r}"
+        )
+    return values[0] if len(values) == 1 else values
+
+
 def _build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-capsules", description="Train, evaluate, export and serve capsule networks."
@@ -64,6 +77,27 @@ def _build_parser():
     )
     train.add_argument(
         "--variance-epsilon", type=float, default=None, help="EM models: variance floor (1e-4)"
+    )
+    train.add_argument(
+        "--tempering",
+        type=_tempering,
+        default=None,
+        help="EM models: E-step exponent tau, R ~ (a p)^tau, one number or one per E-step "
+        "separated by commas (0.1; 1 is the paper's E-step)",
+    )
+    train.add_argument(
+        "--normalization",
+        choices=("types_and_positions", "positions"),
+        default="types_and_positions",
+        help="EM models: how a convolutional capsule layer shares a child's R: over types and "
+        "positions (the paper's text) or per type over positions (the authors' code)",
+    )
+    train.add_argument(
+        "--inverse-temperature-schedule",
+        choices=("rescaled", "authors"),
+        default="rescaled",
+        help="EM models: lambda rescaled to end at --inverse-temperature, or the authors' "
+        "0.01 (1 - 0.95^(t+1))",
     )
     train.add_argument(
         "--learning-rate", type=float, default=None, help="1e-3 (capsnet-mnist), 3e-3 (EM)"
@@ -240,6 +274,9 @@ def _build_model(args):
         rescale=1.0 / 255.0 if mnist else None,
         inverse_temperature=args.inverse_temperature or routing.INVERSE_TEMPERATURE,
         variance_epsilon=args.variance_epsilon or routing.VARIANCE_EPSILON,
+        tempering=routing.TEMPERING if args.tempering is None else args.tempering,
+        normalization=args.normalization,
+        inverse_temperature_schedule=args.inverse_temperature_schedule,
         learning_rate=args.learning_rate or 3e-3,
     )
 

@@ -125,6 +125,11 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as error:
         cli.main(["train", "capsnet-mnist", "--epochs", "0", "--output", str(tmp_path)])
     assert error.value.code == 2 and "--epochs" in capsys.readouterr().err
+    for bad in ("0", "0.1,-1", "soft"):
+        with pytest.raises(SystemExit) as error:
+            cli.main(["train", "matrix-capsnet-mnist", "--tempering", bad])
+        assert error.value.code == 2 and "--tempering" in capsys.readouterr().err
+    assert cli._tempering("0.1,0.5") == [0.1, 0.5] and cli._tempering("1") == 1.0
     with pytest.raises(SystemExit, match="no model"):
         cli.main(["evaluate", str(tmp_path / "missing.keras")])
 
@@ -135,10 +140,15 @@ EM_TINY = ["-A", "8", "-B", "2", "-C", "2", "-D", "2", "--routings", "2", "--ver
 def test_train_matrix_capsnet_mnist(tmp_path):
     output = str(tmp_path / "em")
     args = ["train", "matrix-capsnet-mnist", "--output", output, "--train-size", "64"]
-    assert cli.main(args + ["--test-size", "32", "--variance-epsilon", "0.01", *EM_TINY]) == 0
+    em_options = ["--variance-epsilon", "0.01", "--tempering", "0.3"]
+    em_options += ["--normalization", "positions", "--inverse-temperature-schedule", "authors"]
+    assert cli.main(args + ["--test-size", "32", *em_options, *EM_TINY]) == 0
     metrics = json.load(open(os.path.join(output, "metrics.json")))
     saved = cli._load_model(os.path.join(output, "model.keras"))
-    assert saved.get_layer("conv_caps2").variance_epsilon == 0.01
+    conv_caps2 = saved.get_layer("conv_caps2")
+    assert conv_caps2.variance_epsilon == 0.01
+    assert (conv_caps2.tempering, conv_caps2.normalization) == (0.3, "positions")
+    assert saved.get_layer("class_caps").inverse_temperature_schedule == "authors"
     assert metrics["model"] == "matrix-capsnet-mnist" and metrics["batch_size"] == 32
     assert metrics["train_images"] == 64 and 0 <= metrics["test_accuracy"] <= 1
     assert metrics["train_steps_this_session"] == 2 and metrics["nonfinite_loss_steps"] == 0

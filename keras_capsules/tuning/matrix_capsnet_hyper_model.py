@@ -1,4 +1,5 @@
 from keras_capsules import routing
+from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 from keras_capsules.tuning._base import CapsuleHyperModel
@@ -27,15 +28,18 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
     | `learning_rate` | Float, log | 1e-4 to 1e-2 | 3e-3 |
     | `decay_rate` | Choice | 0.9, 0.96, 1.0 (per `decay_steps`) | 0.96 |
     | `inverse_temperature` | Float, log | 1e-3 to 1e-1 (final lambda of the schedule) | 0.01 |
+    | `tempering` | Float, log | 0.03 to 1 (E-step exponent; 1 is the paper's E-step) | 0.1 |
     | `margin_start` | Float | 0.1 to 0.3, step 0.05 | 0.2 |
     | `margin_end` | Float | 0.8 to 0.95, step 0.05 | 0.9 |
     | `max_shift` | Int | 0 to 3 pixels | 2 |
 
     `inverse_temperature` is the last value of the EM inverse temperature
     schedule `keras_capsules.routing.inverse_temperatures`, which rises to it
-    over the iterations. `max_shift` acts only when `fit` receives arrays; fix
-    it (`hp.Fixed("max_shift", 0)`) when training on a `tf.data.Dataset` such
-    as `smallnorb.training_pipeline`, which augments by itself. The models
+    over the iterations; `tempering` is the exponent `tau` of every E-step,
+    `R ∝ (a p) ** tau` (`keras_capsules.routing.em_routing`). `max_shift` acts
+    only when `fit` receives arrays; fix it (`hp.Fixed("max_shift", 0)`) when
+    training on a `tf.data.Dataset` such as `smallnorb.training_pipeline`,
+    which augments by itself. The models
     report `loss`, `accuracy` and `spread_loss` (and `val_` versions).
 
     Args:
@@ -49,6 +53,9 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
             and no `batch_size` (32).
         coordinate_addition: add the capsules' positions to the class votes.
         variance_epsilon: floor of the routing variances (1e-4).
+        normalization: how the convolutional capsule layers share a child's
+            `R`: `"types_and_positions"` (default) or `"positions"`.
+        inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`.
         weight_decay: L2 factor on every kernel (2e-7); 0 for none.
         decay_steps: the learning rate is multiplied by `decay_rate` every
             `decay_steps` steps (2000).
@@ -80,6 +87,8 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         batch_size=32,
         coordinate_addition=True,
         variance_epsilon=routing.VARIANCE_EPSILON,
+        normalization="types_and_positions",
+        inverse_temperature_schedule="rescaled",
         weight_decay=2e-7,
         decay_steps=2000,
         name=None,
@@ -88,6 +97,10 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         super().__init__(input_shape, num_classes, batch_size, name=name, tunable=tunable)
         check_positive_int("decay_steps", decay_steps)
         check_positive("variance_epsilon", variance_epsilon)
+        check_choice("normalization", normalization, routing.NORMALIZATIONS)
+        check_choice(
+            "inverse_temperature_schedule", inverse_temperature_schedule, routing.SCHEDULES
+        )
         if rescale is not None:
             check_positive("rescale", rescale)
         if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
@@ -106,6 +119,8 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         self.rescale = rescale
         self.coordinate_addition = bool(coordinate_addition)
         self.variance_epsilon = variance_epsilon
+        self.normalization = normalization
+        self.inverse_temperature_schedule = inverse_temperature_schedule
         self.weight_decay = weight_decay
         self.decay_steps = decay_steps
 
@@ -129,6 +144,9 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
                 sampling="log",
                 default=routing.INVERSE_TEMPERATURE,
             ),
+            "tempering": hp.Float(
+                "tempering", 0.03, 1.0, sampling="log", default=routing.TEMPERING
+            ),
         }
         hp.Float("margin_start", 0.1, 0.3, step=0.05, default=0.2)
         hp.Float("margin_end", 0.8, 0.95, step=0.05, default=0.9)
@@ -144,6 +162,8 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
             num_classes=self.num_classes,
             coordinate_addition=self.coordinate_addition,
             variance_epsilon=self.variance_epsilon,
+            normalization=self.normalization,
+            inverse_temperature_schedule=self.inverse_temperature_schedule,
             rescale=self.rescale,
             weight_decay=self.weight_decay,
             decay_steps=self.decay_steps,

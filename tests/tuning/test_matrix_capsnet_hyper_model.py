@@ -28,16 +28,18 @@ def test_search_space_ranges():
         1e-1,
         "log",
     )
+    tempering = space["tempering"]
+    assert (tempering.min_value, tempering.max_value, tempering.sampling) == (0.03, 1.0, "log")
     assert (space["margin_start"].min_value, space["margin_start"].max_value) == (0.1, 0.3)
     assert (space["margin_end"].min_value, space["margin_end"].max_value) == (0.8, 0.95)
     assert (space["max_shift"].min_value, space["max_shift"].max_value) == (0, 3)
-    assert len(space) == 11
+    assert len(space) == 12
 
 
 def test_defaults_are_the_papers_settings():
     defaults = MatrixCapsNetHyperModel().search_space().values
     signature = inspect.signature(applications.MatrixCapsNetNORB).parameters
-    for name in ("iterations", "A", "B", "C", "D", "learning_rate", "decay_rate"):
+    for name in ("iterations", "A", "B", "C", "D", "learning_rate", "decay_rate", "tempering"):
         assert defaults[name] == signature[name].default, name
     assert defaults["inverse_temperature"] == routing.INVERSE_TEMPERATURE
     schedule = inspect.signature(SpreadMarginSchedule).parameters
@@ -57,6 +59,8 @@ def test_defaults_are_the_papers_settings():
         ({"variance_epsilon": 0}, "variance_epsilon"),
         ({"weight_decay": -1e-4}, "weight_decay"),
         ({"decay_steps": 0}, "decay_steps"),
+        ({"normalization": "types"}, "normalization"),
+        ({"inverse_temperature_schedule": "paper"}, "inverse_temperature_schedule"),
     ],
 )
 def test_constructor_rejects_bad_fixed_settings(kwargs, message):
@@ -67,11 +71,13 @@ def test_constructor_rejects_bad_fixed_settings(kwargs, message):
 def test_build_follows_the_hyperparameters():
     if keras.backend.backend() != "tensorflow":
         pytest.skip("building EM routing traces slowly on JAX; CI's time budget runs it on TF")
-    hp = fixed(**TINY_MATRIX, inverse_temperature=0.05, learning_rate=1e-3)
-    model = MatrixCapsNetHyperModel(**MNIST, weight_decay=0).build(hp)
+    hp = fixed(**TINY_MATRIX, inverse_temperature=0.05, tempering=0.3, learning_rate=1e-3)
+    hypermodel = MatrixCapsNetHyperModel(**MNIST, weight_decay=0, normalization="positions")
+    model = hypermodel.build(hp)
     config = model.get_config()
-    for name, value in {**TINY_MATRIX, "inverse_temperature": 0.05}.items():
+    for name, value in {**TINY_MATRIX, "inverse_temperature": 0.05, "tempering": 0.3}.items():
         assert config[name] == value, name
+    assert config["normalization"] == "positions"
     assert config["input_shape"] == (28, 28, 1) and config["rescale"] == 1 / 255
     assert model.get_layer("conv_caps2").inverse_temperature == 0.05
 
