@@ -255,4 +255,5 @@ class MatrixCapsNetNORB(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        # A model saved before `tempering` existed routed with the paper's E-step.
+        return cls(**{"tempering": 1.0, **config})

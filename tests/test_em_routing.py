@@ -238,14 +238,17 @@ def test_bad_tempering_is_named(tempering, iterations):
 
 @pytest.mark.parametrize("scale", [0.0, 1e-8, 1.0, 1e4])
 @pytest.mark.parametrize("iterations", [1, 3, 5])
-def test_finite_values_and_gradients(scale, iterations):
+@pytest.mark.parametrize("tempering", [0.1, 1.0])
+def test_finite_values_and_gradients(scale, iterations, tempering):
     rng = np.random.default_rng(2)
     votes = (scale * rng.normal(size=(2, 20, 4, 16))).astype("float32")
     activations = rng.uniform(size=(2, 20)).astype("float32")
     zeros = np.zeros(4, "float32")
 
     def routed(v):
-        poses, acts = em_routing(v, activations, zeros, zeros, iterations=iterations)
+        poses, acts = em_routing(
+            v, activations, zeros, zeros, iterations=iterations, tempering=tempering
+        )
         return ops.sum(poses, axis=-1) + acts
 
     values = ops.convert_to_numpy(routed(votes))

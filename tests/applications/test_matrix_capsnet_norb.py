@@ -61,6 +61,14 @@ def test_defaults_are_the_tempered_e_step_of_the_papers_normalisation():
     assert model.get_layer("conv_caps1").normalization == "types_and_positions"
 
 
+def test_a_model_saved_before_tempering_keeps_the_papers_e_step():
+    config = applications.MatrixCapsNetNORB(**TINY, compile=False).get_config()
+    del config["tempering"]
+    loaded = applications.MatrixCapsNetNORB.from_config(config)
+    for name in ("conv_caps1", "conv_caps2", "class_caps"):
+        assert loaded.get_layer(name).tempering == 1.0
+
+
 def test_architecture_shapes():
     model = applications.MatrixCapsNetNORB(compile=False)
     assert model.get_layer("primary_caps").output[0].shape == (None, 14, 14, 32, 16)

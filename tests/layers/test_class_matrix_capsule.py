@@ -111,3 +111,9 @@ def test_config_round_trip_and_keras_file(tmp_path):
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     for a, b in zip(model.predict(data, verbose=0), loaded.predict(data, verbose=0)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_a_config_saved_before_tempering_keeps_the_papers_e_step():
+    config = ClassMatrixCapsule(3).get_config()
+    del config["tempering"]
+    assert ClassMatrixCapsule.from_config(config).tempering == 1.0
