@@ -21,7 +21,8 @@ class MatrixCapsNetNORB(keras.Model):
     ReLU Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types, 1x1) ->
     ConvCaps1 (C types, 3x3, stride 2) -> ConvCaps2 (D types, 3x3, stride 1)
     -> class capsules (one per class, coordinate addition), EM routing with
-    `iterations` iterations in every capsule layer. All paddings are valid:
+    `iterations` iterations and a tempered E-step (`tempering`) in every
+    capsule layer; `tempering=1.0` is the paper's E-step. All paddings are valid:
     a 32x32 input gives 14x14 primary capsules, 6x6 and 4x4 convolutional
     capsules.
 
