@@ -29,16 +29,13 @@ import argparse
 import json
 import math
 import resource
-import sys
 import time
 
 import _child  # noqa: F401  (puts the repository root on sys.path, defaults the backend)
+from _training import budget_callback
+from _training import log
 
 MODELS = {"reduced": dict(A=32, B=8, C=8, D=8), "small": dict(A=64, B=8, C=16, D=16)}
-
-
-def log(*args):
-    print(*args, file=sys.stderr, flush=True)
 
 
 def parse_args(argv=None):
@@ -89,33 +86,22 @@ def main(argv=None):
         inverse_temperature=args.inverse_temperature or routing.INVERSE_TEMPERATURE,
     )
     results = {"accuracy": {}, "first_non_finite_step": None}
+    budget = budget_callback(math.inf, max_steps=eval_at[-1])
 
-    class Progress(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.steps = 0
-            self.seconds = 0.0
-
-        def on_train_begin(self, logs=None):
-            self.start = time.perf_counter()
+    class Evaluate(keras.callbacks.Callback):
+        """Notes the first non-finite loss, and evaluates at the `eval_at` steps, untimed."""
 
         def on_train_batch_end(self, batch, logs=None):
-            self.steps += 1
-            self.seconds = time.perf_counter() - self.start
-            loss = float(logs["loss"])
-            if not math.isfinite(loss) and results["first_non_finite_step"] is None:
-                results["first_non_finite_step"] = self.steps
-            if self.steps % 100 == 0:
-                log(f"step {self.steps} ({self.seconds:.0f} s): loss {loss:.4f}")
-            if self.steps in eval_at:
+            step = budget.steps + 1  # `budget` counts this step after us
+            if not math.isfinite(float(logs["loss"])) and results["first_non_finite_step"] is None:
+                results["first_non_finite_step"] = step
+            if step in eval_at:
+                started = time.perf_counter()
                 scores = self.model.evaluate(x_test, y_test, verbose=0, return_dict=True)
-                results["accuracy"][self.steps] = round(100 * float(scores["accuracy"]), 2)
-                log(f"step {self.steps}: test accuracy {results['accuracy'][self.steps]}%")
-                self.start = time.perf_counter() - self.seconds  # evaluation is not timed
-            if self.steps >= eval_at[-1]:
-                self.model.stop_training = True
+                results["accuracy"][step] = round(100 * float(scores["accuracy"]), 2)
+                log(f"step {step}: test accuracy {results['accuracy'][step]}%")
+                budget.start += time.perf_counter() - started
 
-    progress = Progress()
     epochs = math.ceil(eval_at[-1] * args.batch_size / len(x_train))
     model.fit(
         x_train[..., None],
@@ -123,7 +109,7 @@ def main(argv=None):
         batch_size=args.batch_size,
         epochs=epochs,
         verbose=0,
-        callbacks=[SpreadMarginSchedule(0.2, 0.9, steps=eval_at[-1]), progress],
+        callbacks=[SpreadMarginSchedule(0.2, 0.9, steps=eval_at[-1]), Evaluate(), budget],
     )
     settings = {k: v for k, v in vars(args).items() if k != "eval_at"}
     settings["tempering"] = tempering
@@ -132,7 +118,7 @@ def main(argv=None):
             {
                 **settings,
                 **results,
-                "steps_per_s": round(progress.steps / progress.seconds, 2),
+                "steps_per_s": round(budget.steps / budget.seconds, 2),
                 "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
                 "backend": keras.backend.backend(),
             }
