@@ -51,6 +51,7 @@ class MatrixCapsNetNORB(keras.Model):
         num_classes: number of class capsules (5).
         coordinate_addition: add the capsules' positions to the class votes.
         inverse_temperature: final inverse temperature of EM routing (0.01).
+        variance_epsilon: floor of the routing variances (1e-4).
         tempering: the exponent `tau` of every layer's E-step,
             `R ∝ (a p) ** tau` (0.1), or one per E-step; 1 is the paper's
             E-step. See `keras_capsules.routing.em_routing`.
@@ -59,7 +60,6 @@ class MatrixCapsNetNORB(keras.Model):
             `"positions"` (per output type, the authors' code).
         inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`,
             see `keras_capsules.routing.inverse_temperatures`.
-        variance_epsilon: floor of the routing variances (1e-4).
         rescale: if given, the model multiplies its inputs by this factor
             first (`1 / 255` for uint8 images). smallNORB inputs come
             normalised from `keras_capsules.datasets.smallnorb`: `None`.

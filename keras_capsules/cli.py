@@ -39,7 +39,7 @@ def _tempering(text):
         values = [float(v) for v in text.split(",")]
     except ValueError:
         values = []
-    if not values or not all(v > 0 for v in values):
+    if not values or not all(0 < v < float("inf") for v in values):
         raise argparse.ArgumentTypeError(
             f"must be a positive number or positive numbers separated by commas: {text!r}"
         )

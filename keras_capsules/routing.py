@@ -370,9 +370,9 @@ def tempering_schedule(tempering, iterations):
     else:
         values = [tempering] * (iterations - 1)
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e30:
             raise ValueError(
-                "`tempering` must be a positive number or a sequence of them. "
+                "`tempering` must be a positive finite number or a sequence of them. "
                 f"Received: tempering={tempering!r}"
             )
     return [float(value) for value in values]

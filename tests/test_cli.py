@@ -125,7 +125,7 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as error:
         cli.main(["train", "capsnet-mnist", "--epochs", "0", "--output", str(tmp_path)])
     assert error.value.code == 2 and "--epochs" in capsys.readouterr().err
-    for bad in ("0", "0.1,-1", "soft"):
+    for bad in ("0", "0.1,-1", "soft", "inf", "nan"):
         with pytest.raises(SystemExit) as error:
             cli.main(["train", "matrix-capsnet-mnist", "--tempering", bad])
         assert error.value.code == 2 and "--tempering" in capsys.readouterr().err

@@ -228,7 +228,17 @@ def test_inverse_temperature_schedules():
 
 @pytest.mark.parametrize(
     "tempering, iterations",
-    [(0.0, 3), (-1.0, 2), ("soft", 3), (True, 3), ([0.1], 3), ([0.1, 0.2, 0.3], 3), ([0.1, 0], 3)],
+    [
+        (0.0, 3),
+        (-1.0, 2),
+        (float("inf"), 3),
+        (float("nan"), 3),
+        ("soft", 3),
+        (True, 3),
+        ([0.1], 3),
+        ([0.1, 0.2, 0.3], 3),
+        ([0.1, 0], 3),
+    ],
 )
 def test_bad_tempering_is_named(tempering, iterations):
     votes, activations, beta_v, beta_a = _routing_problem(0, 1, 4, 2)
