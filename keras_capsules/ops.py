@@ -2,7 +2,10 @@
 
 Both functions compute in float32 when given `float16` or `bfloat16` tensors
 (the squared norm of a 16D capsule overflows float16 well before the capsule
-itself does) and return the input's dtype.
+itself does) and return the input's dtype. Both are finite and accurate for any
+finite input: a capsule whose largest entry exceeds 1 is divided by that entry
+before it is squared, so the squared norm cannot overflow (an entry of 1e20
+would give a squared norm of 1e40, beyond float32).
 """
 
 from keras import ops
@@ -20,6 +23,22 @@ def _to_float32(x):
     if dtype in _LOW_PRECISION or "int" in dtype:
         return ops.cast(x, "float32"), dtype
     return x, dtype
+
+
+def _scaled(x, axis):
+    """`(y, c)` with `y = x / c`, `c = max(1, max |x|)` along `axis`.
+
+    `c` is a constant for differentiation: every formula below is exactly the
+    same function of `x` for any `c`, so treating it as one gives the true
+    gradient. Capsules with no entry above 1 are left as they are (`c = 1`).
+    """
+    # max(1, |x|...): `initial` also lets an empty batch through.
+    largest = ops.stop_gradient(ops.max(ops.abs(x), axis=axis, keepdims=True, initial=1.0))
+    # XLA divides by multiplying with the reciprocal, which flushes to zero for
+    # divisors above 2^126: capsules beyond 2^64 are first multiplied by 2^-64.
+    pre = ops.where(largest > 2.0**64, 2.0**-64, 1.0)
+    divisor = ops.maximum(largest * pre, 1.0)
+    return x * pre / divisor, divisor / pre
 
 
 def squash(x, axis=-1, epsilon=EPSILON):
@@ -45,9 +64,13 @@ def squash(x, axis=-1, epsilon=EPSILON):
     0.9615
     """
     x32, dtype = _to_float32(x)
-    squared_norm = ops.sum(ops.square(x32), axis=axis, keepdims=True)
-    scale = squared_norm / (1.0 + squared_norm) / ops.sqrt(squared_norm + epsilon)
-    out = x32 * scale
+    # With y = x / c and k = 1 / c^2: |x|^2 / (1 + |x|^2) / sqrt(|x|^2 + eps) * x
+    # = |y|^2 / (k + |y|^2) / sqrt(|y|^2 + eps k) * y, which never squares x.
+    y, c = _scaled(x32, axis)
+    k = 1.0 / ops.square(c)  # underflows to 0 for c > 1e19: then y / |y|, exactly
+    squared_norm = ops.sum(ops.square(y), axis=axis, keepdims=True)
+    scale = squared_norm / (k + squared_norm) / ops.sqrt(squared_norm + epsilon * k)
+    out = y * scale
     return out if ops.dtype(out) == dtype else ops.cast(out, dtype)
 
 
@@ -56,7 +79,7 @@ def length(x, axis=-1, keepdims=False, epsilon=EPSILON):
 
     Computes `sqrt(sum(x^2) + epsilon)`. At an exactly zero capsule this is
     `sqrt(epsilon)` (about 3e-4 with the default), and the gradient is zero
-    instead of NaN.
+    instead of NaN. Only a length beyond the dtype's largest number is `inf`.
 
     Args:
         x: tensor of capsule vectors.
@@ -74,5 +97,10 @@ def length(x, axis=-1, keepdims=False, epsilon=EPSILON):
     5.0
     """
     x32, dtype = _to_float32(x)
-    out = ops.sqrt(ops.sum(ops.square(x32), axis=axis, keepdims=keepdims) + epsilon)
+    # sqrt(|x|^2 + eps) = c sqrt(|y|^2 + eps k), with y = x / c and k = 1 / c^2.
+    y, c = _scaled(x32, axis)
+    squared_norm = ops.sum(ops.square(y), axis=axis, keepdims=True)
+    out = ops.sqrt(squared_norm + epsilon / ops.square(c)) * c
+    if not keepdims:
+        out = ops.squeeze(out, axis=axis)
     return out if ops.dtype(out) == dtype else ops.cast(out, dtype)

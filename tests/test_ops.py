@@ -55,3 +55,38 @@ def test_finite_values_and_gradients(fn, dtype, scale):
 
 def test_squash_at_zero_is_zero():
     assert np.all(ops.convert_to_numpy(squash(np.zeros((2, 8), "float32"))) == 0)
+
+
+@pytest.mark.parametrize("scale", [1e10, 1e19, 1e20, 1e30, 1e37])
+def test_huge_finite_capsules_are_squashed_and_measured_exactly(scale):
+    # The squared norm of these capsules leaves float32 (> 3.4e38) from about 1e19;
+    # the results are compared with float64.
+    s = (np.random.default_rng(0).normal(size=(4, 16)) * scale).astype("float32")
+    s64 = s.astype("float64")
+    v = ops.convert_to_numpy(squash(s))
+    assert np.all(np.isfinite(v))
+    np.testing.assert_allclose(v, numpy_squash(s64), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(length(s)), np.linalg.norm(s64, axis=-1), rtol=1e-5
+    )
+    g = gradient(squash, s)
+    assert np.all(np.isfinite(g)), g
+
+
+def test_squash_of_a_capsule_near_the_largest_float():
+    s = np.zeros((2, 16), "float32")
+    s[0, 3] = np.finfo("float32").max
+    s[1, :] = -np.finfo("float32").max  # its length is beyond float32: still squashed
+    v = ops.convert_to_numpy(squash(s))
+    np.testing.assert_allclose(v[0], np.eye(16)[3], atol=1e-7)
+    np.testing.assert_allclose(v[1], np.full(16, -0.25), rtol=1e-6)
+    lengths = ops.convert_to_numpy(length(s))
+    assert lengths[0] == np.finfo("float32").max and lengths[1] == np.inf
+
+
+def test_rescaling_leaves_small_capsules_untouched():
+    # Capsules whose entries are all within [-1, 1] take exactly the unscaled formula.
+    s = np.random.default_rng(1).uniform(-1, 1, size=(64, 16)).astype("float32")
+    n2 = np.sum(np.square(s), -1, keepdims=True)
+    expected = s * (n2 / (1 + n2) / np.sqrt(n2 + 1e-7))
+    np.testing.assert_allclose(ops.convert_to_numpy(squash(s)), expected, rtol=1e-6, atol=0)

@@ -151,6 +151,26 @@ def test_finite_for_extreme_inputs(dtype, scale, routings):
     assert np.all(np.isfinite(gradient(lambda v: dynamic_routing(v, routings), votes)))
 
 
+@pytest.mark.parametrize("scale", [1e20, 1e30])
+def test_huge_votes_route_like_their_directions(scale):
+    # Votes beyond 1e19 have squared norms beyond float32; the outputs are still
+    # finite. Agreements of 1e20 and more make the coupling hard: a parent gets
+    # huge inputs (length 1 after squashing) or none at all (length 0).
+    votes = np.random.default_rng(3).normal(size=(2, 16, 10, 16)) * scale
+    out = ops.convert_to_numpy(dynamic_routing(votes.astype("float32"), routings=3))
+    lengths = np.linalg.norm(out, axis=-1)
+    assert np.all(np.isfinite(out)) and np.any(lengths > 0)
+    assert np.all((np.abs(lengths - 1) < 1e-5) | (lengths == 0)), lengths
+
+
+@pytest.mark.parametrize("routings", [1, 3])
+def test_an_empty_batch_gives_an_empty_output(routings):
+    out, coupling = dynamic_routing(
+        np.zeros((0, 16, 10, 8), "float32"), routings=routings, return_coupling=True
+    )
+    assert tuple(out.shape) == (0, 10, 8) and tuple(coupling.shape)[0] == 0
+
+
 @pytest.mark.parametrize("routings", [0, -1, 2.5, True])
 def test_bad_routings(routings):
     with pytest.raises(ValueError, match="routings"):

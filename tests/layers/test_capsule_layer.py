@@ -115,3 +115,11 @@ def test_gradient_methods_agree_through_the_layer(routings):
     expected = gradient(layers[1], u)
     assert np.abs(expected).max() > 1e-4
     np.testing.assert_allclose(gradient(layers[0], u), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_empty_batch_and_huge_inputs():
+    layer = CapsuleLayer(10, 16)
+    assert tuple(layer(np.zeros((0, 32, 8), "float32")).shape) == (0, 10, 16)
+    # The squared norms of these votes leave float32: the capsules stay finite.
+    out = ops.convert_to_numpy(layer(np.full((2, 32, 8), 1e20, "float32")))
+    assert np.all(np.isfinite(out)) and np.all(np.linalg.norm(out, axis=-1) <= 1 + 1e-6)
