@@ -1,5 +1,9 @@
 """Argument checks shared by the layers and applications."""
 
+import numpy as np
+from keras import ops
+from keras.backend import is_keras_tensor
+
 
 def check_positive_int(name, value):
     """Raise a `ValueError` naming `name` unless `value` is a positive integer."""
@@ -84,3 +88,33 @@ def check_capsule_inputs(input_shape, layer_name, spatial, known_grid=False):
             f"Received: poses shape {poses_shape}"
         )
     return poses_shape, activations_shape
+
+
+def check_in_unit_interval(name, value):
+    """Raise a `ValueError` naming `name` unless every entry of `value` is in [0, 1].
+
+    Values are checked where they exist when the function is called (NumPy
+    arrays, lists, eager tensors); symbolic and traced tensors pass unchecked.
+    """
+    values = _concrete(value)
+    if values is None or values.size == 0:
+        return
+    inside = (values >= 0) & (values <= 1)
+    if not np.all(inside):
+        bad = values[~inside].ravel()[0]
+        raise ValueError(
+            f"`{name}` must be in [0, 1]. Received: {name} with an entry of {float(bad)!r} "
+            f"(range {float(np.nanmin(values))!r} to {float(np.nanmax(values))!r})"
+        )
+
+
+def _concrete(x):
+    """`x`'s values as a NumPy array when they exist now, else None."""
+    if isinstance(x, (np.ndarray, list, tuple, int, float)):
+        return np.asarray(x, dtype="float64")
+    if is_keras_tensor(x):
+        return None
+    try:
+        return np.asarray(ops.convert_to_numpy(x), dtype="float64")
+    except Exception:  # a traced or symbolic tensor has no values yet
+        return None

@@ -8,6 +8,7 @@ from keras_capsules._autodiff import vjp
 from keras_capsules._autodiff import with_gradient
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_gradient_method
+from keras_capsules._validation import check_in_unit_interval
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
 
@@ -300,7 +301,8 @@ def _softmax(x, axis):
     the `(batch, outputs, inputs)` logits of routing, those transposes cost
     more than the softmax itself.
     """
-    e = ops.exp(x - ops.max(x, axis=axis, keepdims=True))
+    # `initial` lets an empty batch through (Keras refuses the max of an empty tensor).
+    e = ops.exp(x - ops.max(x, axis=axis, keepdims=True, initial=-float("inf")))
     return e / ops.sum(e, axis=axis, keepdims=True)
 
 
@@ -422,9 +424,12 @@ def em_routing(
     sum_h V^2 / var - 2 V mu / var + mu^2 / var`, so that every step is a
     contraction of the votes (and their squares, computed once) with small
     per-parent tensors: no tensor of the votes' size is created per iteration.
-    On TensorFlow and JAX the votes' gradient is formed as one batched product
-    (see `em_route`'s `gradient`), so training keeps no per-iteration tensor of
-    the votes' size either. Routing computes in float32 for float16 /
+    The votes are first centred on each parent's plain mean (and the poses
+    moved back), so the expansion keeps its precision for large votes and
+    votes that share an offset: routing is shift-equivariant. On TensorFlow
+    and JAX the votes' gradient is formed as one batched product (see
+    `em_route`'s `gradient`), so training keeps no per-iteration tensor of the
+    votes' size either. Routing computes in float32 for float16 /
     bfloat16 inputs.
 
     Args:
@@ -464,12 +469,13 @@ def em_routing(
     check_positive_int("iterations", iterations)
     tempering_schedule(tempering, iterations)
     check_choice("inverse_temperature_schedule", inverse_temperature_schedule, SCHEDULES)
+    check_in_unit_interval("activations", activations)
     votes = ops.convert_to_tensor(votes)
     activations = ops.convert_to_tensor(activations)
-    if len(votes.shape) != 4:
+    if len(votes.shape) != 4 or votes.shape[-1] != 16:
         raise ValueError(
-            "`votes` must have shape (batch, num_inputs, num_outputs, 16). "
-            f"Received: votes.shape={tuple(votes.shape)}"
+            "`votes` must have shape (batch, num_inputs, num_outputs, 16): a flattened "
+            f"4x4 pose matrix per vote. Received: votes.shape={tuple(votes.shape)}"
         )
     if tuple(activations.shape) != tuple(votes.shape[:2]):
         raise ValueError(
@@ -569,12 +575,18 @@ def em_route(
     check_gradient_method(gradient)
     if gradient == "auto":
         gradient = "structured" if supports_recompute_gradient() else "autodiff"
-    if ops.dtype(votes) != "float32":
-        votes = ops.cast(votes, "float32")
-    if ops.dtype(activations) != "float32":
-        activations = ops.cast(activations, "float32")
+    votes = ops.cast(votes, "float32")
+    activations = ops.cast(activations, "float32")
     beta_v = ops.cast(beta_v, "float32")
     beta_a = ops.cast(beta_a, "float32")
+    # Routing is shift-equivariant: votes moved by c move the means by c and leave
+    # everything else as it is. Centring each parent's votes on their plain mean
+    # keeps the expanded squares below (V^2 - 2 V mu + mu^2) free of cancellation
+    # when votes are large or share an offset. The reference is a constant for
+    # differentiation, which is exact because the result does not depend on it.
+    reference = ops.stop_gradient(ops.mean(votes, axis=-2, keepdims=True))
+    votes = votes - reference
+    reference = reference[..., 0, :]  # (batch, sites, outputs, 16)
     settings = {
         "schedule": inverse_temperatures(iterations, inverse_temperature, schedule),
         "tempering": tempering_schedule(tempering, iterations),
@@ -585,13 +597,16 @@ def em_route(
     }
     if gradient == "autodiff":
         moments, deviations = _contractions(votes)
-        return _em_iterations(moments, deviations, activations, beta_v, beta_a, **settings)
+        mean, acts, resp = _em_iterations(
+            moments, deviations, activations, beta_v, beta_a, **settings
+        )
+        return mean + reference, acts, resp
     route = recompute_gradient(
         lambda *args: _structured_forward(*args, settings),
         lambda args, saved, upstream: _structured_backward(args, saved, upstream, settings),
     )
     outputs = route(votes, activations, beta_v, beta_a)
-    return outputs[0], outputs[1], (outputs[2] if iterations > 1 else None)
+    return outputs[0] + reference, outputs[1], (outputs[2] if iterations > 1 else None)
 
 
 def _contract_inputs(weights, x):  # sum_i weights[..., j, i] x[..., j, i, :]

@@ -304,6 +304,50 @@ def test_bad_shapes_name_the_argument():
         em_routing(np.zeros((2, 3, 4, 16)), np.zeros((2, 3)), np.zeros(4), np.zeros(4), 0)
 
 
+def test_bad_pose_size_and_activation_range_name_the_argument():
+    with pytest.raises(ValueError, match="votes"):
+        em_routing(np.zeros((2, 3, 4, 9)), np.zeros((2, 3)), np.zeros(4), np.zeros(4))
+    for bad in (1.5, -0.1, np.nan):
+        activations = np.full((2, 3), 0.5, "float32")
+        activations[1, 2] = bad
+        with pytest.raises(ValueError, match="activations"):
+            em_routing(np.zeros((2, 3, 4, 16)), activations, np.zeros(4), np.zeros(4))
+        with pytest.raises(ValueError, match="activations"):
+            em_routing(
+                np.zeros((2, 3, 4, 16)),
+                ops.convert_to_tensor(activations),
+                np.zeros(4),
+                np.zeros(4),
+            )
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e2, 1e3, 1e4])
+def test_shifted_votes_move_the_poses_and_keep_the_activations(offset):
+    """Routing is shift-equivariant; float32 keeps close to a float64 two-pass reference."""
+    votes, activations, beta_v, beta_a = _routing_problem(11, 2, 24, 4)
+    shifted = (votes + offset).astype("float32")
+    poses, acts = em_routing(shifted, activations, beta_v, beta_a, 3, inverse_temperature=0.1)
+    ref_poses, ref_acts, _ = reference_fully_connected(
+        shifted, activations, beta_v, beta_a, 3, 0.1, 1e-4, [0.1, 0.1]
+    )
+    # float32 holds votes near 1e4 to about 5e-4, which bounds what any float32
+    # computation can reach; expanded squares without centring were off by 1.3 in
+    # the poses and 1.0 in the activations at 1e4 (2.9e-4 in the activations at 1e2).
+    atol = 1e-5 + 2e-7 * offset
+    np.testing.assert_allclose(ops.convert_to_numpy(poses), ref_poses, rtol=0, atol=atol)
+    np.testing.assert_allclose(ops.convert_to_numpy(acts), ref_acts, rtol=0, atol=2e-5)
+    # Against the unshifted votes, which the shift rounds: a looser bound.
+    base_poses, base_acts = em_routing(
+        votes, activations, beta_v, beta_a, 3, inverse_temperature=0.1
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(poses) - offset, ops.convert_to_numpy(base_poses), atol=atol
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(acts), ops.convert_to_numpy(base_acts), atol=2e-5 + 1e-8 * offset
+    )
+
+
 def test_convolution_sites_lists_every_reader_of_every_child():
     children, parents_of, counts, (out_h, out_w) = convolution_sites(7, 6, 3, 2)
     assert (out_h, out_w) == (3, 2)
