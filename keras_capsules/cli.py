@@ -133,6 +133,12 @@ def _build_parser():
     export.add_argument(
         "--version", type=int, default=None, help="version number (default: the next one)"
     )
+    export.add_argument(
+        "--output-kind",
+        choices=("probabilities", "logits"),
+        default="probabilities",
+        help="what the model's class scores are; logits are served as their softmax",
+    )
 
     serve = commands.add_parser(
         "serve", help="serve an exported model with TF Serving's REST API (KServe)"
@@ -483,7 +489,9 @@ def export(args):
 
     model = _load_model(args.model_path)
     try:
-        export_saved_model(model, args.output_dir, version=args.version)
+        export_saved_model(
+            model, args.output_dir, version=args.version, output_kind=args.output_kind
+        )
     except (FileExistsError, RuntimeError, ValueError) as error:
         raise SystemExit(f"keras-capsules export: {error}") from None
     return 0

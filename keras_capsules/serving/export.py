@@ -3,8 +3,13 @@
 import os
 
 import keras
+import numpy as np
 
 SERVING_SIGNATURE = "serving_default"
+OUT_OF_RANGE = (
+    "the model's outputs are NaN or infinite for these images: "
+    "pixel values out of the range the model can answer"
+)
 RECONSTRUCT_SIGNATURE = "reconstruct"
 RECONSTRUCT_CAPSULE_SIGNATURE = "reconstruct_capsule"
 
@@ -95,7 +100,38 @@ def _heads(tf, outputs):
     )
 
 
-def export_saved_model(model, output_dir, version=None, input_shape=None, verbose=True):
+OUTPUT_KINDS = ("probabilities", "logits")
+
+
+def _check_probabilities(tf, model, image_shape):
+    """Refuse a model whose class scores leave [0, 1] on probe images.
+
+    The probes are black images and uniform noise in [0, 1] and [0, 255], the
+    two pixel conventions; a softmax, sigmoid or capsule length never leaves
+    [0, 1], a linear layer (logits) almost always does.
+    """
+    rng = np.random.default_rng(0)
+    probes = [
+        tf.zeros((2,) + image_shape),
+        tf.constant(rng.uniform(0, 1, (2,) + image_shape), tf.float32),
+        tf.constant(rng.uniform(0, 255, (2,) + image_shape), tf.float32),
+    ]
+    for images in probes:
+        scores, _ = _heads(tf, model(images, training=False))
+        scores = tf.cast(scores, tf.float32).numpy()
+        finite = scores[np.isfinite(scores)]
+        if finite.size and (finite.min() < -1e-6 or finite.max() > 1 + 1e-6):
+            raise ValueError(
+                "The model's class scores are not probabilities: on probe images they "
+                f"range from {finite.min():.4g} to {finite.max():.4g}, outside [0, 1]. If "
+                "they are logits, export with `output_kind='logits'` (the server then "
+                "returns their softmax as `probabilities`)."
+            )
+
+
+def export_saved_model(
+    model, output_dir, version=None, input_shape=None, verbose=True, output_kind="probabilities"
+):
     """Export a capsule network as a SavedModel that TF Serving and KServe load.
 
     The SavedModel is written to `output_dir/<version>/`, the versioned layout
@@ -108,6 +144,8 @@ def export_saved_model(model, output_dir, version=None, input_shape=None, verbos
     - `serving_default` returns `probabilities` (float32, `(batch, classes)`:
       capsule lengths or activations), `classes` (int64, the predicted class)
       and `poses` (float32, the class capsules), when the model has them.
+      Outputs that are not finite (pixels far outside the range the model
+      was trained on) fail in the graph, as bad pixels do.
     - `reconstruct` (models with a `decoder`, such as `CapsNetMNIST`) returns
       `reconstructions` in [0, 1] from the longest capsule and its `classes`.
     - `reconstruct_capsule` takes `images` and `capsules` (int64, one class
@@ -125,6 +163,10 @@ def export_saved_model(model, output_dir, version=None, input_shape=None, verbos
             version already in `output_dir` (1 for a new directory).
         input_shape: shape of one image; read from the model when `None`.
         verbose: print what was written.
+        output_kind: what the model's class scores are: `"probabilities"`
+            (default; capsule lengths, activations or a softmax, checked to lie
+            in [0, 1] on probe images, and refused otherwise) or `"logits"`
+            (served as their softmax).
 
     Returns:
         The path of the version directory written.
@@ -145,6 +187,10 @@ def export_saved_model(model, output_dir, version=None, input_shape=None, verbos
 
     if version is None:
         version = next_version(output_dir)
+    if output_kind not in OUTPUT_KINDS:
+        raise ValueError(
+            f"`output_kind` must be one of {OUTPUT_KINDS}. Received: output_kind={output_kind!r}"
+        )
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ValueError(f"`version` must be a positive integer. Received: version={version!r}")
     path = os.path.join(output_dir, str(version))
@@ -154,6 +200,8 @@ def export_saved_model(model, output_dir, version=None, input_shape=None, verbos
             "(TF Serving serves the highest) or remove it."
         )
     image_shape = _image_shape(model, input_shape)
+    if output_kind == "probabilities":
+        _check_probabilities(tf, model, image_shape)
     expected = "(batch, " + ", ".join(str(d) for d in image_shape) + ")"
     image_spec = tf.TensorSpec(shape=None, dtype=tf.float32, name="images")
 
@@ -174,12 +222,17 @@ def export_saved_model(model, output_dir, version=None, input_shape=None, verbos
             images = tf.ensure_shape(tf.identity(images), (None,) + image_shape)
         return tf.debugging.assert_all_finite(images, "`images` contains NaN or infinite pixels")
 
+    def finite(tensor):
+        return tf.debugging.assert_all_finite(tf.cast(tensor, tf.float32), OUT_OF_RANGE)
+
     def predict(images):
         probabilities, poses = _heads(tf, model(checked(images), training=False))
-        probabilities = tf.cast(probabilities, tf.float32)
+        if output_kind == "logits":
+            probabilities = tf.nn.softmax(tf.cast(probabilities, tf.float32), axis=-1)
+        probabilities = finite(probabilities)
         result = {"probabilities": probabilities, "classes": tf.argmax(probabilities, axis=-1)}
         if poses is not None:
-            result["poses"] = tf.cast(poses, tf.float32)
+            result["poses"] = finite(poses)
         return result
 
     archive = keras.export.ExportArchive()
@@ -201,7 +254,7 @@ def export_saved_model(model, output_dir, version=None, input_shape=None, verbos
         def reconstruct(images):
             outputs = predict(images)
             return {
-                "reconstructions": tf.cast(decoder(mask(outputs["poses"])), tf.float32),
+                "reconstructions": finite(decoder(mask(outputs["poses"]))),
                 "classes": outputs["classes"],
             }
 
@@ -216,7 +269,7 @@ def export_saved_model(model, output_dir, version=None, input_shape=None, verbos
                 message="`capsules` needs one class index per image",
             )
             poses = predict(images)["poses"]
-            return {"reconstructions": tf.cast(decoder(mask(poses, labels=capsules)), tf.float32)}
+            return {"reconstructions": finite(decoder(mask(poses, labels=capsules)))}
 
         archive.add_endpoint(
             RECONSTRUCT_SIGNATURE,

@@ -249,6 +249,45 @@ def test_unservable_models_are_refused_with_a_reason(tmp_path):
         export_saved_model(flat, str(tmp_path / "flat"), verbose=False)
 
 
+@requires_tensorflow
+def test_logits_are_refused_as_probabilities_and_served_as_their_softmax(tmp_path):
+    import tensorflow as tf
+
+    inputs = keras.Input((8, 8, 1))
+    logits = keras.layers.Dense(3)(keras.layers.Flatten()(inputs))
+    model = keras.Model(inputs, logits)
+    with pytest.raises(ValueError, match="output_kind='logits'"):
+        export_saved_model(model, str(tmp_path / "refused"), verbose=False)
+    assert not os.path.exists(tmp_path / "refused")
+    path = export_saved_model(model, str(tmp_path / "logits"), verbose=False, output_kind="logits")
+    x = images(4, (8, 8, 1))
+    served = signatures(path)["serving_default"](images=tf.constant(x))
+    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(x, verbose=0)))
+    np.testing.assert_allclose(served["probabilities"], expected, atol=1e-6)
+    with pytest.raises(ValueError, match="output_kind"):
+        export_saved_model(model, str(tmp_path / "x"), verbose=False, output_kind="scores")
+
+
+def overflowing_model():
+    """Softmax of a dense layer whose scores overflow to inf for pixels of 1e10."""
+    inputs = keras.Input((8, 8, 1))
+    dense = keras.layers.Dense(3, kernel_initializer=keras.initializers.Constant(1e30))
+    return keras.Model(inputs, keras.layers.Softmax()(dense(keras.layers.Flatten()(inputs))))
+
+
+@requires_tensorflow
+def test_outputs_that_are_not_finite_fail_in_the_graph(tmp_path):
+    import tensorflow as tf
+
+    path = export_saved_model(overflowing_model(), str(tmp_path / "m"), verbose=False)
+    serving_default = signatures(path)["serving_default"]
+    assert np.all(
+        np.isfinite(serving_default(images=tf.constant(images(2, (8, 8, 1))))["probabilities"])
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="out of the range"):
+        serving_default(images=tf.constant(np.full((1, 8, 8, 1), 1e10, "float32")))
+
+
 @pytest.mark.skipif(BACKEND == "tensorflow", reason="tests the error on other backends")
 def test_other_backends_are_told_how_to_export(tmp_path):
     model = applications.CapsNetMNIST(**SMALL)

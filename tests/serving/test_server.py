@@ -129,6 +129,25 @@ def test_png_images_in_base64(served):
     np.testing.assert_allclose(probabilities, model.predict(x[:4], verbose=0), atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["RGBA", "LA"])
+def test_transparent_pngs_are_composited_on_black(served, mode):
+    """A white image whose digit is drawn in the alpha channel reads as the digit."""
+    import tensorflow as tf
+
+    client, model, x, _ = served
+    digits = x[:3].astype("uint8")
+    white = np.full_like(digits, 255)
+    layers = [white, white, white, digits] if mode == "RGBA" else [white, digits]
+    pngs = [
+        {"b64": base64.b64encode(tf.io.encode_png(np.concatenate(layers, -1)[i]).numpy()).decode()}
+        for i in range(3)
+    ]
+    status, body = client.predict({"instances": pngs})
+    assert status == 200, body
+    probabilities = np.array([p["probabilities"] for p in body["predictions"]])
+    np.testing.assert_allclose(probabilities, model.predict(x[:3], verbose=0), atol=1e-5)
+
+
 def test_reconstruction_signature(served):
     client, model, x, _ = served
     request = {
@@ -159,6 +178,17 @@ def test_status_and_metadata(served):
     assert body["metadata"]["image_shape"] == [28, 28, 1]
 
 
+# The start of a 16000x16000 16-bit RGBA PNG: its header, then no pixels. The size
+# is refused from the header, before anything is decoded.
+PNG_BOMB_HEADER = (
+    b"\x89PNG\r\n\x1a\n"
+    + (13).to_bytes(4, "big")
+    + b"IHDR"
+    + (16000).to_bytes(4, "big") * 2
+    + bytes([16, 6, 0, 0, 0])
+    + bytes(4)
+)
+
 BAD_REQUESTS = {
     "malformed JSON": (b'{"instances": [[1, 2', r"not valid JSON"),
     "not an object": (b"[1, 2, 3]", r'"instances" or "inputs"'),
@@ -176,6 +206,25 @@ BAD_REQUESTS = {
     "oversized batch": ({"instances": np.zeros((MAX_BATCH + 1, 28, 28)).tolist()}, r"limit"),
     "unknown signature": ({"signature_name": "nope", "instances": [1]}, r"Unknown signature"),
     "bad base64": ({"instances": [{"b64": "not base64!"}]}, r"base64-encoded PNG"),
+    "numeric strings for pixels": ({"instances": [[["1"] * 28] * 28]}, r"are not pixels"),
+    "booleans for pixels": ({"instances": [[[True] * 28] * 28]}, r"are not pixels"),
+    "a boolean among numbers": (
+        {"instances": [[[0] * 27 + [True]] + [[0] * 28] * 27]},
+        r"are not pixels",
+    ),
+    "nulls for pixels": ({"instances": [[[None] * 28] * 28]}, r"are not pixels"),
+    "a list for signature_name": (
+        {"signature_name": ["serving_default"], "instances": [[[0] * 28] * 28]},
+        r"signature_name.*string",
+    ),
+    "a PNG bomb": (
+        {"instances": [{"b64": base64.b64encode(PNG_BOMB_HEADER).decode()}]},
+        r"expected a 28x28 image, received 16000x16000",
+    ),
+    "not a PNG": (
+        {"instances": [{"b64": base64.b64encode(b"GIF89a" + bytes(40)).decode()}]},
+        r"base64-encoded PNG",
+    ),
     "capsule out of range": (
         {
             "signature_name": "reconstruct_capsule",

@@ -1,0 +1,61 @@
+"""`SavedModelPredictor` without HTTP: what reaches a client for answers that are not finite."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from tests.conftest import BACKEND
+from tests.serving.test_export import overflowing_model
+
+pytestmark = pytest.mark.skipif(
+    BACKEND != "tensorflow", reason="serving runs the SavedModel, the TensorFlow part"
+)
+pytest.importorskip("kserve")
+
+
+@pytest.fixture(scope="module")
+def predictor(tmp_path_factory):
+    from keras_capsules.serving import export_saved_model
+    from keras_capsules.serving.saved_model_predictor import SavedModelPredictor
+
+    base = str(tmp_path_factory.mktemp("predictor") / "overflow")
+    export_saved_model(overflowing_model(), base, verbose=False)
+    predictor = SavedModelPredictor("overflow", base)
+    predictor.load()
+    return predictor
+
+
+def predict(predictor, images):
+    return asyncio.run(predictor.predict({"instances": np.asarray(images).tolist()}))
+
+
+def test_finite_answers_pass(predictor):
+    answer = predict(predictor, np.ones((2, 8, 8, 1)))
+    probabilities = np.array([p["probabilities"] for p in answer["predictions"]])
+    np.testing.assert_allclose(probabilities, 1 / 3, rtol=1e-6)
+
+
+def test_outputs_that_are_not_finite_are_a_bad_request(predictor):
+    from kserve.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="out of the range the model can answer"):
+        predict(predictor, np.full((1, 8, 8, 1), 1e10))
+
+
+def test_models_exported_without_the_graph_check_are_caught_too(predictor, monkeypatch):
+    """A SavedModel from before the graph checked its outputs: never a 200 with null."""
+    import tensorflow as tf
+    from kserve.errors import InvalidInput
+
+    class Unchecked:
+        structured_input_signature = predictor._signatures[
+            "serving_default"
+        ].structured_input_signature
+
+        def __call__(self, images):
+            return {"probabilities": tf.fill((tf.shape(images)[0], 3), np.nan)}
+
+    monkeypatch.setitem(predictor._signatures, "serving_default", Unchecked())
+    with pytest.raises(InvalidInput, match="out of the range"):
+        predict(predictor, np.ones((1, 8, 8, 1)))
