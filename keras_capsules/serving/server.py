@@ -66,6 +66,39 @@ class _TooLarge(Exception):
     pass
 
 
+class ReadOnlyEndpoints:
+    """ASGI middleware that lets through reads and predictions, nothing else.
+
+    `GET` and `HEAD` requests (status, metadata, health) pass, and `POST` to
+    `predict_path`; every other request gets a 405 before it reaches KServe, so
+    no client can change the server's state (KServe's model repository API
+    would let anyone unload the model while the health check stays green).
+    """
+
+    def __init__(self, app, predict_path):
+        self.app = app
+        self.predict_path = predict_path
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD"):
+            return await self.app(scope, receive, send)
+        if scope["method"] == "POST" and scope["path"] == self.predict_path:
+            return await self.app(scope, receive, send)
+        body = b'{"error": "Method not allowed: this server only answers GET and predictions"}'
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 405,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"allow", b"GET, HEAD"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
 def _import_kserve():
     # kserve.model_server parses sys.argv when imported; keep ours away from it.
     argv, sys.argv = sys.argv, sys.argv[:1]
@@ -126,6 +159,7 @@ def build_server(
     app.add_api_route(f"/v1/models/{name}", status, methods=["GET"])
     app.add_api_route(f"/v1/models/{name}/metadata", metadata, methods=["GET"])
     app.add_middleware(RequestSizeLimit, max_bytes=max_request_bytes)
+    app.add_middleware(ReadOnlyEndpoints, predict_path=f"/v1/models/{name}:predict")
 
     rest = RESTServer(
         "kserve.model_server:app",
@@ -155,7 +189,10 @@ def serve(
     - `POST /v1/models/<name>:predict`: `{"instances": [...]}` or
       `{"inputs": ...}`, optional `"signature_name"`;
     - `GET /v1/models/<name>`: model status; `GET /v1/models/<name>/metadata`:
-      the signatures; `GET /v2/health/ready` and KServe's other endpoints.
+      the signatures; `GET /v2/health/ready` and KServe's other `GET` endpoints.
+
+    Nothing else: every other request (KServe's model repository API, which
+    loads and unloads models, included) is answered 405.
 
     Args:
         model_dir: directory written by `export_saved_model` (its highest

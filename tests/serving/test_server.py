@@ -253,6 +253,27 @@ def test_bad_requests_get_a_400_and_the_server_keeps_serving(served, case, conte
     assert client.predict({"instances": x[:1].tolist()})[0] == 200
 
 
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("POST", "/v2/repository/models/capsnet/unload"),
+        ("POST", "/v2/repository/models/capsnet/load"),
+        ("POST", "/v2/repository/index"),
+        ("DELETE", "/v1/models/capsnet"),
+        ("PUT", "/v1/models/capsnet:predict"),
+    ],
+)
+def test_nothing_changes_the_servers_state(served, method, path):
+    client, _, x, _ = served
+    status, answer = client.request(method, path, b"{}", {"Content-Type": "application/json"})
+    assert status == 405, (status, answer)
+    assert client.request("GET", "/v2/health/ready")[0] == 200
+    assert client.request("GET", "/v1/models/capsnet")[1]["model_version_status"][0]["state"] == (
+        "AVAILABLE"
+    )
+    assert client.predict({"instances": x[:1].tolist()})[0] == 200
+
+
 def test_oversized_bodies_get_a_413(served):
     client, _, x, _ = served
     status, answer = client.predict(b" " * (MAX_BYTES + 1))
