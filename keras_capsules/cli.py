@@ -14,7 +14,10 @@
 epoch (`OUTPUT/backup`) and resumes from it when started again with the same
 `--output` after an interruption, saves `OUTPUT/model.keras` after every
 epoch, and ends by printing the test accuracy and writing it, with the
-timings, to `OUTPUT/metrics.json`.
+timings, to `OUTPUT/metrics.json`. Every file is written under a temporary
+name and renamed into place. `OUTPUT/run.json` records the run's options: a
+rerun with more `--epochs` continues a finished run, and a rerun with other
+options is refused unless `--fresh` starts a new run in the folder.
 
 The matrix capsule models (EM routing) train with the spread loss, whose
 margin `SpreadMarginSchedule` raises from 0.2 to 0.9 over the run:
@@ -26,8 +29,13 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
+
+from keras_capsules._atomic import check_writable
+from keras_capsules._atomic import replacing
+from keras_capsules._atomic import write_json
 
 MODELS = ("capsnet-mnist", "matrix-capsnet-mnist", "matrix-capsnet-norb")
 MATRIX_MODELS = ("matrix-capsnet-mnist", "matrix-capsnet-norb")
@@ -116,6 +124,11 @@ def _build_parser():
         "keras.distribution.DataParallel (JAX); TF_CONFIG selects multi-worker",
     )
     train.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+    train.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start a new run in --output, deleting the run there (model, backup, history)",
+    )
 
     evaluate = commands.add_parser(
         "evaluate", help="evaluate a saved .keras model on MNIST or smallNORB"
@@ -374,23 +387,77 @@ def _row_epoch(line):
         return -1
 
 
-def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size):
+def _model_saver(path):
+    import keras
+
+    class ModelSaver(keras.callbacks.Callback):
+        """Saves the model to `path` after every epoch, atomically."""
+
+        def on_epoch_end(self, epoch, logs=None):
+            with replacing(path) as temporary:
+                self.model.save(temporary)
+
+    return ModelSaver()
+
+
+def _usable_backup(backup_dir):
+    """Make `backup_dir` loadable, from its `.bkp` copy if need be, or set it aside.
+
+    Keras's `BackupAndRestore` keeps the previous epoch's weights and metadata
+    as `.bkp` files; a run killed while writing the latest ones leaves them
+    empty or truncated, and Keras then fails at every resume. Returns whether a
+    usable backup is in place.
+    """
+    if not os.path.isdir(backup_dir):
+        return False
+    weights = os.path.join(backup_dir, "latest.weights.h5")
+    metadata = os.path.join(backup_dir, "training_metadata.json")
+    if _readable_backup(weights, metadata):
+        return True
+    if _readable_backup(weights + ".bkp", metadata + ".bkp"):
+        print(f"The latest backup in {backup_dir} is unreadable: using the one before", flush=True)
+        shutil.copyfile(weights + ".bkp", weights)
+        shutil.copyfile(metadata + ".bkp", metadata)
+        return True
+    aside = f"{backup_dir}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}"
+    os.replace(backup_dir, aside)
+    print(f"The backup in {backup_dir} is unreadable (moved to {aside}): starting over", flush=True)
+    return False
+
+
+def _readable_backup(weights, metadata):
+    import h5py
+
+    try:
+        with open(metadata) as f:
+            epoch = json.load(f)["epoch"]
+        with h5py.File(weights, "r"):
+            pass
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(epoch, int) and epoch >= 0
+
+
+def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initial_epoch=0):
     import keras
 
     from keras_capsules.callbacks import SpreadMarginSchedule
 
     history_path = os.path.join(args.output, "history.csv")
     backup_dir = os.path.join(args.output, "backup")
-    if os.path.exists(backup_dir):
+    if _usable_backup(backup_dir):
         print(f"Resuming the interrupted run from {backup_dir}", flush=True)
     # At the end of an epoch callbacks run in this order: the history row is
     # written before the backup, so a killed run never lacks the row of an
     # epoch its backup holds; `_history_keeper` drops a row the backup lacks.
+    # The backup is deleted by `train`, once the model and metrics are on disk.
     callbacks = [
         keras.callbacks.CSVLogger(history_path, append=True),
         _history_keeper(history_path),
-        keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
-        keras.callbacks.ModelCheckpoint(os.path.join(args.output, "model.keras")),
+        keras.callbacks.BackupAndRestore(
+            backup_dir, double_checkpoint=True, delete_checkpoint=False
+        ),
+        _model_saver(os.path.join(args.output, "model.keras")),
     ]
     if args.model in MATRIX_MODELS:
         steps = args.epochs * -(-train_count // batch_size)
@@ -398,8 +465,15 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size):
     counter = _finite_loss_counter()
     callbacks.append(counter)
     start = time.time()
-    model.fit(dataset, epochs=args.epochs, callbacks=callbacks, verbose=args.verbose, shuffle=False)
-    train_seconds = time.time() - start  # ModelCheckpoint saved model.keras each epoch
+    model.fit(
+        dataset,
+        epochs=args.epochs,
+        initial_epoch=initial_epoch,
+        callbacks=callbacks,
+        verbose=args.verbose,
+        shuffle=False,
+    )
+    train_seconds = time.time() - start  # `_model_saver` saved model.keras each epoch
 
     start = time.time()
     if isinstance(test, tuple):
@@ -409,11 +483,78 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size):
     return results, train_seconds, time.time() - start, counter
 
 
+# Options that do not change what a run trains: they may differ between the
+# sessions of one run.
+_SESSION_OPTIONS = ("command", "epochs", "output", "verbose", "data_dir", "test_size", "fresh")
+_RUN_FILES = ("backup", "model.keras", "metrics.json", "history.csv", "run.json")
+
+
+def _run_config(args):
+    options = {k: v for k, v in sorted(vars(args).items()) if k not in _SESSION_OPTIONS}
+    return json.loads(json.dumps(options))  # as run.json will hold them (tuples as lists)
+
+
+def _previous_run(args):
+    """How this run relates to what `args.output` holds: the epochs it has finished.
+
+    Returns 0 for a new run (or an interrupted one, which its backup resumes)
+    and the number of epochs of a finished run, which `train` continues.
+    Refuses, naming the options, a folder whose run was trained with other
+    settings, unless `--fresh` clears it first.
+    """
+    config_path = os.path.join(args.output, "run.json")
+    config = _run_config(args)
+    if args.fresh:
+        for name in _RUN_FILES:
+            path = os.path.join(args.output, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+    recorded = None
+    if os.path.exists(config_path):
+        try:
+            with open(config_path) as f:
+                recorded = json.load(f)["options"]
+        except (OSError, ValueError, KeyError, TypeError):
+            recorded = None
+    if recorded is not None and recorded != config:
+        differing = sorted(
+            k for k in set(config) | set(recorded) if config.get(k) != recorded.get(k)
+        )
+        changes = ", ".join(
+            f"--{k.replace('_', '-')} {recorded.get(k)!r} -> {config.get(k)!r}" for k in differing
+        )
+        raise SystemExit(
+            f"keras-capsules train: {args.output} holds a run trained with other options "
+            f"({changes}). Rerun with the recorded options to continue it, choose another "
+            "--output, or pass --fresh to start a new run there (its files are deleted)."
+        )
+    write_json(config_path, {"options": config})
+    metrics_path = os.path.join(args.output, "metrics.json")
+    model_path = os.path.join(args.output, "model.keras")
+    if os.path.isdir(os.path.join(args.output, "backup")) or not os.path.exists(model_path):
+        return 0
+    try:
+        with open(metrics_path) as f:
+            return int(json.load(f)["epochs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
 def train(args):
     import keras
 
     batch_size = args.batch_size or (100 if args.model == "capsnet-mnist" else 32)
     os.makedirs(args.output, exist_ok=True)
+    check_writable(args.output)  # before training, not after it
+    finished = _previous_run(args)
+    if finished and args.epochs <= finished:
+        print(
+            f"The run in {args.output} has finished {finished} epoch(s); nothing to train. "
+            f"Pass --epochs above {finished} to continue it, or --fresh to start over."
+        )
+        return 0
     if args.seed is not None:
         keras.utils.set_random_seed(args.seed)
     dataset, test, train_count, test_count = _datasets(args, batch_size)
@@ -432,9 +573,13 @@ def train(args):
                     engine.device_mesh.devices.size
                 )
                 print(f"Data-parallel training over {replicas} device(s)", flush=True)
-            model = _build_model(args)
+            if finished:
+                print(f"Continuing the finished run from epoch {finished + 1}", flush=True)
+                model = _load_model(os.path.join(args.output, "model.keras"))
+            else:
+                model = _build_model(args)
             results, train_seconds, test_seconds, counter = _fit_and_evaluate(
-                args, model, dataset, test, train_count, batch_size
+                args, model, dataset, test, train_count, batch_size, initial_epoch=finished
             )
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)
@@ -454,8 +599,9 @@ def train(args):
         "train_steps_this_session": counter.steps,
         "nonfinite_loss_steps": counter.nonfinite,
     }
-    with open(os.path.join(args.output, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+    write_json(os.path.join(args.output, "metrics.json"), metrics)
+    # Only now is the backup redundant: model.keras and metrics.json are on disk.
+    shutil.rmtree(os.path.join(args.output, "backup"), ignore_errors=True)
     print(f"Test accuracy: {metrics['test_accuracy']:.4f} ({test_count} images)")
     print(
         f"Model: {os.path.join(args.output, 'model.keras')}; metrics: "

@@ -213,3 +213,99 @@ def test_resumed_history_drops_the_rows_the_backup_lacks(tmp_path):
     fresh = tmp_path / "fresh.csv"
     cli._history_keeper(str(fresh)).on_epoch_begin(0)  # no file yet: nothing to do
     assert not fresh.exists()
+
+
+def train_tiny(output, *extra, epochs=1):
+    args = ["train", "capsnet-mnist", "--epochs", str(epochs), "--output", output, *TINY]
+    return cli.main([*args, "--seed", "3", *extra])
+
+
+def test_reruns_continue_a_finished_run_and_refuse_other_options(tmp_path, capsys):
+    output = str(tmp_path / "run")
+    assert train_tiny(output) == 0
+    model_path = os.path.join(output, "model.keras")
+    trained = open(model_path, "rb").read()
+    assert not os.path.exists(os.path.join(output, "backup"))  # deleted once all is on disk
+    # The same epochs again: nothing to do, and the trained model stays.
+    assert train_tiny(output) == 0
+    assert "nothing to train" in capsys.readouterr().out
+    assert open(model_path, "rb").read() == trained
+    # Other options: refused, naming them, and nothing is touched.
+    with pytest.raises(SystemExit, match=r"--batch-size 50 -> 20.*--fresh"):
+        train_tiny(output, "--batch-size", "20")
+    with pytest.raises(SystemExit, match=r"--learning-rate None -> 0.01"):
+        train_tiny(output, "--learning-rate", "0.01")
+    assert open(model_path, "rb").read() == trained
+    # More epochs: continues from the finished model.
+    assert train_tiny(output, epochs=2) == 0
+    assert "Continuing the finished run from epoch 2" in capsys.readouterr().out
+    assert epochs_logged(output) == [0, 1]
+    assert json.load(open(os.path.join(output, "metrics.json")))["epochs"] == 2
+    # --fresh starts over in the folder, with the new options.
+    assert train_tiny(output, "--batch-size", "20", "--fresh") == 0
+    assert epochs_logged(output) == [0]
+    assert json.load(open(os.path.join(output, "metrics.json")))["batch_size"] == 20
+
+
+def _backup_of_a_killed_run(output):
+    """Train 2 epochs and keep the backup, as a run killed after them leaves it."""
+    import keras
+
+    assert train_tiny(output, epochs=2) == 0
+    backup = os.path.join(output, "backup")
+    model = cli._load_model(os.path.join(output, "model.keras"))
+    callback = keras.callbacks.BackupAndRestore(backup, double_checkpoint=True)
+    callback.set_model(model)
+    for epoch in (0, 1):  # two saves, so that .bkp files hold epoch 1
+        callback.on_epoch_end(epoch)
+    os.remove(os.path.join(output, "metrics.json"))  # it never finished
+    return backup
+
+
+@pytest.mark.parametrize("damage", ["empty metadata", "truncated weights", "both copies"])
+def test_an_unreadable_backup_falls_back_or_starts_over(tmp_path, capsys, damage):
+    output = str(tmp_path / "run")
+    backup = _backup_of_a_killed_run(output)
+    weights = os.path.join(backup, "latest.weights.h5")
+    metadata = os.path.join(backup, "training_metadata.json")
+    if damage == "empty metadata":
+        open(metadata, "w").close()
+    elif damage == "truncated weights":
+        with open(weights, "r+b") as f:
+            f.truncate(100)
+    else:
+        for path in (metadata, metadata + ".bkp"):
+            open(path, "w").close()
+    capsys.readouterr()
+    assert train_tiny(output, epochs=3) == 0  # and so on every later resume
+    log = capsys.readouterr().out
+    if damage == "both copies":
+        assert "unreadable" in log and "starting over" in log
+        assert [n for n in os.listdir(output) if n.startswith("backup.unreadable-")]
+        assert epochs_logged(output) == [0, 1, 2]
+    else:
+        assert "using the one before" in log and "Resumed at epoch 2" in log  # the .bkp: 1 epoch
+    assert json.load(open(os.path.join(output, "metrics.json")))["epochs"] == 3
+
+
+def test_replacing_leaves_the_old_file_or_the_new_one(tmp_path):
+    from keras_capsules._atomic import replacing
+    from keras_capsules._atomic import write_json
+
+    path = tmp_path / "metrics.json"
+    write_json(str(path), {"a": 1})
+    with pytest.raises(RuntimeError):
+        with replacing(str(path)) as temporary:
+            with open(temporary, "w") as f:
+                f.write('{"a": ')  # interrupted half way
+            raise RuntimeError("killed")
+    assert json.load(open(path)) == {"a": 1} and os.listdir(tmp_path) == ["metrics.json"]
+    write_json(str(path), {"a": 2})
+    assert json.load(open(path)) == {"a": 2} and os.listdir(tmp_path) == ["metrics.json"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs a folder no one can write")
+def test_an_unwritable_output_folder_is_refused_before_training(capsys):
+    with pytest.raises(SystemExit, match="cannot write to the output folder /proc/self"):
+        train_tiny("/proc/self")
+    assert "Epoch" not in capsys.readouterr().out

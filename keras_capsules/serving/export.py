@@ -5,6 +5,8 @@ import os
 import keras
 import numpy as np
 
+from keras_capsules._atomic import replacing
+
 SERVING_SIGNATURE = "serving_default"
 OUT_OF_RANGE = (
     "the model's outputs are NaN or infinite for these images: "
@@ -287,7 +289,9 @@ def export_saved_model(
             ),
         )
     os.makedirs(output_dir, exist_ok=True)
-    archive.write_out(path, verbose=False)
+    # Written beside and renamed into place: TF Serving never sees half a version.
+    with replacing(path) as temporary:
+        archive.write_out(temporary, verbose=False)
     if verbose:
         print(f"SavedModel version {version} written to {path}")
     return path
