@@ -36,7 +36,7 @@ def _scaled(x, axis):
     largest = ops.stop_gradient(ops.max(ops.abs(x), axis=axis, keepdims=True, initial=1.0))
     # XLA divides by multiplying with the reciprocal, which flushes to zero for
     # divisors above 2^126: capsules beyond 2^64 are first multiplied by 2^-64.
-    pre = ops.where(largest > 2.0**64, 2.0**-64, 1.0)
+    pre = ops.cast(ops.where(largest > 2.0**64, 2.0**-64, 1.0), ops.dtype(x))
     divisor = ops.maximum(largest * pre, 1.0)
     return x * pre / divisor, divisor / pre
 
