@@ -32,6 +32,7 @@ import os
 import shutil
 import sys
 import time
+import zipfile
 
 from keras_capsules._atomic import check_writable
 from keras_capsules._atomic import replacing
@@ -68,7 +69,10 @@ def _build_parser():
     )
     train.add_argument("--output", default="runs/mnist", help="folder for checkpoints and metrics")
     train.add_argument(
-        "--data-dir", default=None, help="folder of the MNIST IDX or smallNORB .mat files"
+        "--data-dir",
+        type=_data_dir,
+        default=None,
+        help="folder of the MNIST IDX or smallNORB .mat files",
     )
     train.add_argument("--max-shift", type=int, default=2, help="augmentation shift in pixels")
     train.add_argument("--train-size", type=int, default=None, help="use the first N images")
@@ -134,7 +138,7 @@ def _build_parser():
         "evaluate", help="evaluate a saved .keras model on MNIST or smallNORB"
     )
     evaluate.add_argument("model_path")
-    evaluate.add_argument("--data-dir", default=None)
+    evaluate.add_argument("--data-dir", type=_data_dir, default=None)
     evaluate.add_argument("--batch-size", type=int, default=32)
     evaluate.add_argument("--test-size", type=int, default=None)
 
@@ -189,7 +193,9 @@ def _build_parser():
     )
     figures.add_argument("--reduce", choices=("mean", "sum"), default="mean", help="routing")
     figures.add_argument("--dpi", type=int, default=100)
-    figures.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files")
+    figures.add_argument(
+        "--data-dir", type=_data_dir, default=None, help="folder of the MNIST IDX files"
+    )
     figures.add_argument("--seed", type=int, default=1, help="MultiMNIST / canvas test seed")
     figures.add_argument("--overlay", choices=("sum", "max"), default="sum", help="MultiMNIST")
 
@@ -201,7 +207,9 @@ def _build_parser():
     explore.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1: this machine)")
     explore.add_argument("--port", type=int, default=7860)
     explore.add_argument("--examples", type=int, default=100, help="test images to pick from")
-    explore.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files")
+    explore.add_argument(
+        "--data-dir", type=_data_dir, default=None, help="folder of the MNIST IDX files"
+    )
     explore.add_argument("--seed", type=int, default=1, help="MultiMNIST / canvas test seed")
     explore.add_argument("--overlay", choices=("sum", "max"), default="sum", help="MultiMNIST")
     explore.add_argument("--open", action="store_true", help="open the page in a browser")
@@ -217,7 +225,9 @@ def _build_parser():
     )
     tune.add_argument("--output", default="runs/tune", help="folder of the search and its results")
     tune.add_argument("--objective", default="val_accuracy", help="metric to optimise")
-    tune.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files")
+    tune.add_argument(
+        "--data-dir", type=_data_dir, default=None, help="folder of the MNIST IDX files"
+    )
     tune.add_argument("--train-size", type=int, default=None, help="use the first N images")
     tune.add_argument("--test-size", type=int, default=None, help="evaluate on the first N")
     tune.add_argument("--validation-split", type=float, default=0.1, help="held out of training")
@@ -255,6 +265,16 @@ def _build_parser():
     return parser
 
 
+def _data_dir(value):
+    """argparse type of `--data-dir`: an existing folder that holds files."""
+    path = os.path.expanduser(value)
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{value} is not a folder")
+    if not any(entry.is_file() for entry in os.scandir(path)):
+        raise argparse.ArgumentTypeError(f"the folder {value} holds no files")
+    return path
+
+
 def _positive(parser, name, value):
     if value is not None and value < 1:
         parser.error(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
@@ -267,7 +287,15 @@ def _load_model(path):
 
     if not os.path.exists(path):
         raise SystemExit(f"keras-capsules: no model at {path}")
-    return keras.saving.load_model(path)
+    if path.endswith(".keras") and not zipfile.is_zipfile(path):
+        raise SystemExit(
+            f"keras-capsules: {path} is not a .keras archive (a zip file): "
+            "it is truncated or corrupt, or another format"
+        )
+    try:
+        return keras.saving.load_model(path)
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
+        raise SystemExit(f"keras-capsules: cannot load the model at {path}: {error}") from None
 
 
 def _build_model(args):
@@ -301,13 +329,31 @@ def _build_model(args):
 
 
 def _datasets(args, batch_size):
-    """`(train_dataset, (x_test, y_test) or test_dataset, train_count, test_count)`."""
+    """`(train_dataset, (x_test, y_test) or test_dataset, train_count, test_count)`.
+
+    A folder that cannot be read, or holds no training or test images, ends the
+    command with one line that says so.
+    """
+    try:
+        return _read_datasets(args, batch_size)
+    except ValueError as error:
+        raise SystemExit(f"keras-capsules {args.command}: {error}") from None
+
+
+def _check_not_empty(args, x_train, x_test):
+    for images, split in ((x_train, "training"), (x_test, "test")):
+        if len(images) == 0:
+            raise ValueError(f"{args.data_dir or 'the data'} holds no {split} images")
+
+
+def _read_datasets(args, batch_size):
     if args.model == "matrix-capsnet-norb":
         from keras_capsules.datasets import smallnorb
 
         (x_train, y_train, _), (x_test, y_test, _) = smallnorb.load_data(args.data_dir)
         x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
         x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+        _check_not_empty(args, x_train, x_test)
         train_ds = smallnorb.training_pipeline(x_train, y_train, batch_size, seed=args.seed)
         test_ds = smallnorb.test_pipeline(x_test, y_test, batch_size)
         return train_ds, test_ds, len(x_train), len(x_test)
@@ -316,6 +362,7 @@ def _datasets(args, batch_size):
     (x_train, y_train), (x_test, y_test) = mnist.load_data(args.data_dir)
     x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
     x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+    _check_not_empty(args, x_train, x_test)
     train_ds = mnist.training_pipeline(
         x_train, y_train, batch_size=batch_size, max_shift=args.max_shift, seed=args.seed
     )
@@ -530,7 +577,6 @@ def _previous_run(args):
             f"({changes}). Rerun with the recorded options to continue it, choose another "
             "--output, or pass --fresh to start a new run there (its files are deleted)."
         )
-    write_json(config_path, {"options": config})
     metrics_path = os.path.join(args.output, "metrics.json")
     model_path = os.path.join(args.output, "model.keras")
     if os.path.isdir(os.path.join(args.output, "backup")) or not os.path.exists(model_path):
@@ -558,6 +604,7 @@ def train(args):
     if args.seed is not None:
         keras.utils.set_random_seed(args.seed)
     dataset, test, train_count, test_count = _datasets(args, batch_size)
+    write_json(os.path.join(args.output, "run.json"), {"options": _run_config(args)})
     previous_policy = keras.mixed_precision.dtype_policy()
     keras.mixed_precision.set_dtype_policy(args.precision)
     scope = contextlib.nullcontext()
@@ -612,18 +659,28 @@ def train(args):
 
 def evaluate(args):
     model = _load_model(args.model_path)
-    if model.input_shape[-1] == 2:  # a stereo pair: smallNORB
-        from keras_capsules.datasets import smallnorb
+    norb = model.input_shape[-1] == 2  # a stereo pair: smallNORB
+    try:
+        if norb:
+            from keras_capsules.datasets import smallnorb
 
-        _, (x_test, y_test, _) = smallnorb.load_data(args.data_dir)
-        x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+            _, (x_test, y_test, _) = smallnorb.load_data(args.data_dir)
+        else:
+            from keras_capsules.datasets import mnist
+
+            _, (x_test, y_test) = mnist.load_data(args.data_dir)
+    except ValueError as error:
+        raise SystemExit(f"keras-capsules evaluate: {error}") from None
+    x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+    if len(x_test) == 0:
+        raise SystemExit(
+            f"keras-capsules evaluate: {args.data_dir or 'the data'} holds no test images"
+        )
+    if norb:
         test = smallnorb.test_pipeline(x_test, y_test, args.batch_size)
         results = model.evaluate(test, return_dict=True)
     else:
-        from keras_capsules.datasets import mnist
-
-        _, (x_test, y_test) = mnist.load_data(args.data_dir)
-        x_test, y_test = x_test[: args.test_size, ..., None], y_test[: args.test_size]
+        x_test = x_test[..., None]
         results = model.evaluate(x_test, y_test, batch_size=args.batch_size, return_dict=True)
     print(json.dumps({k: float(v) for k, v in results.items()}, indent=2))
     print(f"Test accuracy: {results['accuracy']:.4f} ({len(x_test)} images)")

@@ -309,3 +309,55 @@ def test_an_unwritable_output_folder_is_refused_before_training(capsys):
     with pytest.raises(SystemExit, match="cannot write to the output folder /proc/self"):
         train_tiny("/proc/self")
     assert "Epoch" not in capsys.readouterr().out
+
+
+def test_an_unreadable_model_file_is_named(tmp_path):
+    import applications
+
+    path = str(tmp_path / "m.keras")
+    applications.CapsNetMNIST(conv_filters=16, primary_capsules=4).save(path)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])  # truncated, as by a full disk
+    for command in (["export", path, str(tmp_path / "sm")], ["evaluate", path]):
+        with pytest.raises(SystemExit, match=r"m.keras is not a .keras archive.*truncated"):
+            cli.main(command)
+    open(path, "w").write("not a model")
+    with pytest.raises(SystemExit, match="not a .keras archive"):
+        cli.main(["evaluate", path])
+
+
+def test_data_dirs_that_hold_no_data_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    from keras_capsules.datasets import mnist
+    from keras_capsules.datasets import smallnorb
+    from tests.datasets.test_smallnorb import make_split
+    from tests.datasets.test_smallnorb import write_matrix
+
+    output = ["--output", str(tmp_path / "run")]
+    for folder, message in (
+        (tmp_path / "missing", "is not a folder"),
+        (tmp_path, "holds no files"),
+    ):
+        with pytest.raises(SystemExit):
+            cli.main(["train", "capsnet-mnist", "--data-dir", str(folder), *output])
+        assert message in capsys.readouterr().err
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("no digits here")
+
+    def unavailable():
+        raise ModuleNotFoundError("No module named 'importlib_resources'")
+
+    monkeypatch.setattr(mnist, "_load_tfds", unavailable)
+    with pytest.raises(
+        SystemExit, match=r"other holds none of the MNIST files.*importlib_resources"
+    ):
+        cli.main(["train", "capsnet-mnist", "--data-dir", str(other), *output])
+    # smallNORB files with no training examples.
+    rng = np.random.default_rng(0)
+    norb = tmp_path / "norb"
+    norb.mkdir()
+    for split, n in (("train", 0), ("test", 2)):
+        for kind, array in zip(("dat", "cat", "info"), make_split(rng, n)):
+            write_matrix(str(norb / smallnorb.FILES[split][kind]), array)
+    with pytest.raises(SystemExit, match=r"norb holds no training images"):
+        cli.main(["train", "matrix-capsnet-norb", "--data-dir", str(norb), *output])

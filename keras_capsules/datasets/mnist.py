@@ -79,7 +79,8 @@ def load_data(path=None, verify=True):
 
     Raises:
         ValueError: a file is corrupt, truncated, or not the canonical one
-            (the message names the file), or only some files are present.
+            (the message names the file), or only some files are present, or
+            none is and TensorFlow Datasets could not load MNIST either.
 
     Example:
 
@@ -91,7 +92,18 @@ def load_data(path=None, verify=True):
     path = DEFAULT_PATH if path is None else os.fspath(path)
     found = {name: _files.find(path, name) for name in FILES}
     if not any(found.values()):
-        return _load_tfds()
+        try:
+            return _load_tfds()
+        except Exception as error:
+            where = (
+                "The package's copy is missing"
+                if path == DEFAULT_PATH
+                else (f"Folder {path} holds none of the MNIST files ({', '.join(FILES)})")
+            )
+            raise ValueError(
+                f"{where}, and TensorFlow Datasets could not load 'mnist' "
+                f"({type(error).__name__}: {error})."
+            ) from None
     missing = [name for name, filename in found.items() if filename is None]
     if missing:
         raise ValueError(f"MNIST folder {path} lacks {', '.join(missing)} (.gz or decompressed).")

@@ -99,6 +99,69 @@ class ReadOnlyEndpoints:
         await send({"type": "http.response.body", "body": body})
 
 
+class _CleanServerErrors:
+    """ASGI middleware that turns an unexpected error into a 500 that closes cleanly.
+
+    Starlette answers an unhandled exception and then raises it again, and
+    uvicorn drops the keep-alive connection without `Connection: close`, so a
+    client's next request on it fails. Here the error is logged once and
+    answered with a 500 that says `Connection: close`, and nothing is raised.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as error:
+            _logger().exception("Unexpected error answering %s %s", scope["method"], scope["path"])
+            if started:
+                raise  # too late for an answer: the server closes the connection
+            body = _error_body(f"Internal server error: {type(error).__name__}")
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+
+
+def _error_body(message):
+    import json
+
+    return json.dumps({"error": message}).encode()
+
+
+def _logger():
+    import logging
+
+    return logging.getLogger("keras_capsules.serving")
+
+
+async def _one_line_bad_request(request, error):
+    """KServe's 400 handler, logging one line instead of a traceback."""
+    from starlette.responses import JSONResponse
+
+    _logger().warning("400 %s %s: %s", request.method, request.url.path, error)
+    return JSONResponse({"error": str(error)}, status_code=400)
+
+
 def _import_kserve():
     # kserve.model_server parses sys.argv when imported; keep ours away from it.
     argv, sys.argv = sys.argv, sys.argv[:1]
@@ -132,6 +195,8 @@ def build_server(
     from fastapi.responses import ORJSONResponse
 
     kserve, model_server, RESTServer = _import_kserve()
+    from kserve.errors import InvalidInput
+
     from keras_capsules.serving.saved_model_predictor import SavedModelPredictor
 
     if not isinstance(port, int) or not 0 <= port < 65536:
@@ -160,6 +225,7 @@ def build_server(
     app.add_api_route(f"/v1/models/{name}/metadata", metadata, methods=["GET"])
     app.add_middleware(RequestSizeLimit, max_bytes=max_request_bytes)
     app.add_middleware(ReadOnlyEndpoints, predict_path=f"/v1/models/{name}:predict")
+    app.add_middleware(_CleanServerErrors)  # added last: outermost of ours
 
     rest = RESTServer(
         "kserve.model_server:app",
@@ -169,6 +235,13 @@ def build_server(
         workers=1,
     )
     rest.config.host = host  # KServe binds every interface; we bind what we are told
+    add_kserve_handlers = rest._add_exception_handlers  # run by `run()`, after this
+
+    def add_handlers(application):
+        add_kserve_handlers(application)
+        application.add_exception_handler(InvalidInput, _one_line_bad_request)
+
+    rest._add_exception_handlers = add_handlers
     rest.predictor = predictor
     return rest
 

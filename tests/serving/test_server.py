@@ -77,6 +77,7 @@ def served(tmp_path_factory, mnist_data):
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
     client = Client(port, "capsnet")
+    client.log_path = root / "server.log"
     try:
         wait_for_http(port, "/v1/models/capsnet", process, timeout=180)
     except RuntimeError as error:
@@ -272,6 +273,38 @@ def test_nothing_changes_the_servers_state(served, method, path):
         "AVAILABLE"
     )
     assert client.predict({"instances": x[:1].tolist()})[0] == 200
+
+
+def test_a_bad_request_is_logged_in_one_line(served):
+    client, _, _, _ = served
+    before = client.log_path.read_text()
+    assert client.predict({"instances": [[["x"] * 28] * 28]})[0] == 400
+    deadline = time.time() + 10
+    while client.log_path.read_text() == before and time.time() < deadline:
+        time.sleep(0.05)
+    added = client.log_path.read_text()[len(before) :]
+    assert re.search(r"400 POST /v1/models/capsnet:predict: .*nested list of numbers", added), added
+    assert "Traceback" not in added
+
+
+def test_unexpected_errors_are_a_500_that_closes_the_connection_cleanly():
+    import asyncio
+
+    from keras_capsules.serving.server import _CleanServerErrors
+
+    async def broken(scope, receive, send):
+        raise TypeError("a bug")
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/models/m:predict"}
+    asyncio.run(_CleanServerErrors(broken)(scope, None, send))
+    start, body = sent
+    assert start["status"] == 500 and (b"connection", b"close") in start["headers"]
+    assert json.loads(body["body"]) == {"error": "Internal server error: TypeError"}
 
 
 def test_oversized_bodies_get_a_413(served):
