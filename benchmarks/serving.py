@@ -9,9 +9,16 @@ images, for `--duration` seconds per scenario:
 * `single`: 1 client, 1 image per request (latency without queueing);
 * `single_concurrent`: `--clients` clients, 1 image per request;
 * `batched`: 1 client, `--batch` images per request;
-* `batched_concurrent`: `--clients` clients, `--batch` images per request.
+* `batched_concurrent`: `--clients` clients, `--batch` images per request;
+* `mixed`: `--clients` clients, 1 image per request, of which a fraction
+  `--bad-fraction` are bad (malformed JSON, wrong shapes, strings and booleans
+  for pixels, NaN, a PNG bomb's header, unknown signatures, ...). Every good
+  answer's class is checked against the model's (`wrong_answers`), every bad
+  one must be a 400 (`bad_not_400`); rates and latencies are the good ones'.
 
-Every answer must be a 200; the counts of others are reported. Prints one JSON
+Every answer of the other scenarios must be a 200; the counts of others are
+reported. `--scenarios` picks some, e.g. the robustness figure of the serving
+guide: `--model small --clients 16 --duration 60 --scenarios mixed`. Prints one JSON
 object on stdout (requests/s, images/s, p50/p90/p99 latency in ms, per
 scenario); progress goes to stderr.
 
@@ -37,15 +44,86 @@ def log(*args):
     print(*args, file=sys.stderr, flush=True)
 
 
-def post(port, path, body):
+def post(port, path, body, answer=False):
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:
         connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
         response = connection.getresponse()
-        response.read()
-        return response.status
+        data = response.read()
+        return (response.status, data) if answer else response.status
     finally:
         connection.close()
+
+
+def bad_requests(images):
+    """Bodies the server must answer with a 400, one of each kind."""
+    import base64
+
+    png_bomb = (  # the header of a 16000x16000 16-bit RGBA PNG, and nothing else
+        b"\x89PNG\r\n\x1a\n"
+        + (13).to_bytes(4, "big")
+        + b"IHDR"
+        + (16000).to_bytes(4, "big") * 2
+        + bytes([16, 6, 0, 0, 0])
+        + bytes(4)
+    )
+    image = images[0].tolist()
+    bodies = [
+        b'{"instances": [[1, 2',
+        b"[1, 2, 3]",
+        b'{"instances": [[[NaN]]]}',
+        {"instances": []},
+        {"instances": np.zeros((1, 32, 32, 1)).tolist()},
+        {"instances": [[["1"] * 28] * 28]},
+        {"instances": [[[True] * 28] * 28]},
+        {"instances": [{"b64": base64.b64encode(png_bomb).decode()}]},
+        {"instances": [{"b64": "not base64!"}]},
+        {"signature_name": "nope", "instances": [image]},
+        {"signature_name": ["serving_default"], "instances": [image]},
+    ]  # all small: a large body's cost is its parse, bounded by --max-request-bytes
+    return [b if isinstance(b, bytes) else json.dumps(b).encode() for b in bodies]
+
+
+def drive_mixed(port, name, good, expected, bad, clients, duration, bad_fraction):
+    path = f"/v1/models/{name}:predict"
+    latencies, statuses, wrong, bad_not_400 = [], [], [], []
+    stop = time.perf_counter() + duration
+
+    def client(seed):
+        rng = np.random.default_rng(seed)
+        while time.perf_counter() < stop:
+            if rng.uniform() < bad_fraction:
+                status, _ = post(port, path, bad[rng.integers(len(bad))], answer=True)
+                if status != 400:
+                    bad_not_400.append(status)
+                continue
+            i = rng.integers(len(good))
+            start = time.perf_counter()
+            status, data = post(port, path, good[i], answer=True)
+            latencies.append(time.perf_counter() - start)
+            statuses.append(status)
+            if status != 200 or json.loads(data)["predictions"][0]["classes"] != expected[i]:
+                wrong.append(status)
+
+    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(clients)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    p50, p90, p99 = np.percentile(np.array(latencies) * 1000, [50, 90, 99])
+    return {
+        "clients": clients,
+        "bad_fraction": bad_fraction,
+        "good_requests": len(latencies),
+        "good_requests_per_s": round(len(latencies) / elapsed, 2),
+        "p50_ms": round(float(p50), 2),
+        "p90_ms": round(float(p90), 2),
+        "p99_ms": round(float(p99), 2),
+        "wrong_answers": len(wrong),
+        "bad_not_400": len(bad_not_400),
+    }
 
 
 def drive(port, name, body, clients, duration):
@@ -84,6 +162,10 @@ def main(argv=None):
     p.add_argument("--duration", type=float, default=20.0, help="seconds per scenario (20)")
     p.add_argument("--clients", type=int, default=8, help="concurrent clients (8)")
     p.add_argument("--batch", type=int, default=32, help="images per batched request (32)")
+    p.add_argument("--bad-fraction", type=float, default=0.3, help="mixed: bad requests (0.3)")
+    p.add_argument(
+        "--scenarios", default="single,single_concurrent,batched,batched_concurrent,mixed"
+    )
     args = p.parse_args(argv)
 
     import keras
@@ -123,13 +205,33 @@ def main(argv=None):
             "batched": (many, 1, args.batch),
             "batched_concurrent": (many, args.clients, args.batch),
         }
+        chosen = args.scenarios.split(",")
         for name, (body, clients, per_request) in scenarios.items():
+            if name not in chosen:
+                continue
             log(f"{name}: {clients} client(s), {per_request} image(s) per request")
             result = drive(port, "capsnet", body, clients, args.duration)
             result["images_per_request"] = per_request
             result["images_per_s"] = round(result["requests_per_s"] * per_request, 1)
             results[name] = result
             log(json.dumps(result))
+        if "mixed" in chosen:
+            log(f"mixed: {args.clients} clients, {args.bad_fraction:.0%} bad requests")
+            good = [
+                json.dumps({"instances": images[i : i + 1].tolist()}).encode() for i in range(8)
+            ]
+            expected = model.predict(images[:8].astype("float32"), verbose=0).argmax(-1).tolist()
+            results["mixed"] = drive_mixed(
+                port,
+                "capsnet",
+                good,
+                expected,
+                bad_requests(images),
+                args.clients,
+                args.duration,
+                args.bad_fraction,
+            )
+            log(json.dumps(results["mixed"]))
     finally:
         server.terminate()
         server.wait(timeout=60)

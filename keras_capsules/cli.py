@@ -170,6 +170,15 @@ def _build_parser():
     serve.add_argument(
         "--max-request-bytes", type=int, default=16 * 1024 * 1024, help="larger bodies get a 413"
     )
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a request may take to arrive before its connection is closed (10)",
+    )
+    serve.add_argument(
+        "--max-connections", type=int, default=4096, help="beyond this, requests get a 503"
+    )
     figures = commands.add_parser(
         "figures", help="draw the paper's figures for a trained model as PNG files"
     )
@@ -711,6 +720,8 @@ def serve(args):
             model_name=args.model_name,
             max_batch_size=args.max_batch_size,
             max_request_bytes=args.max_request_bytes,
+            request_timeout=args.request_timeout,
+            max_connections=args.max_connections,
         )
     except (FileNotFoundError, ValueError, ImportError) as error:
         raise SystemExit(f"keras-capsules serve: {error}") from None
@@ -743,6 +754,7 @@ def main(argv=None):
         "version",
         "max_batch_size",
         "max_request_bytes",
+        "max_connections",
         "count",
         "dpi",
         "examples",

@@ -4,6 +4,8 @@ import sys
 
 DEFAULT_PORT = 8501
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+DEFAULT_REQUEST_TIMEOUT = 10.0
+DEFAULT_MAX_CONNECTIONS = 4096
 
 
 class RequestSizeLimit:
@@ -162,6 +164,60 @@ async def _one_line_bad_request(request, error):
     return JSONResponse({"error": str(error)}, status_code=400)
 
 
+def _timed_protocol(request_timeout):
+    """uvicorn's HTTP/1.1 protocol, closing connections whose request is not in on time.
+
+    uvicorn times out idle keep-alive connections but not a request that
+    trickles in: a client that sends its headers or body a byte at a time
+    holds its connection forever, and enough of them exhaust the server. Here
+    a request must arrive whole (headers and body) within `request_timeout`
+    seconds of its first byte (of the connection, for the first request);
+    otherwise the connection is closed. Answering takes as long as it takes.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class TimedH11Protocol(H11Protocol):
+        _request_timer = None
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data):
+            if self._request_timer is None:
+                self._arm()
+            super().data_received(data)
+            if self.conn.their_state is not h11.SEND_BODY and self.conn.their_state is not h11.IDLE:
+                self._disarm()  # the request is in (or the connection is over)
+
+        def connection_lost(self, exc):
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self):
+            self._disarm()
+            self._request_timer = self.loop.call_later(request_timeout, self._too_slow)
+
+        def _disarm(self):
+            if self._request_timer is not None:
+                self._request_timer.cancel()
+                self._request_timer = None
+
+        def _too_slow(self):
+            self._request_timer = None
+            if (
+                self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+                and not self.transport.is_closing()
+            ):
+                self.logger.warning(
+                    "Closed a connection whose request took over %s s to arrive", request_timeout
+                )
+                self.transport.close()
+
+    return TimedH11Protocol
+
+
 def _import_kserve():
     # kserve.model_server parses sys.argv when imported; keep ours away from it.
     argv, sys.argv = sys.argv, sys.argv[:1]
@@ -185,6 +241,8 @@ def build_server(
     model_name=None,
     max_batch_size=256,
     max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
+    request_timeout=DEFAULT_REQUEST_TIMEOUT,
+    max_connections=DEFAULT_MAX_CONNECTIONS,
 ):
     """Load an exported model into KServe's REST server, ready to `run()`.
 
@@ -204,6 +262,20 @@ def build_server(
     if not isinstance(max_request_bytes, int) or max_request_bytes < 1:
         raise ValueError(
             f"`max_request_bytes` must be a positive integer. Received: {max_request_bytes!r}"
+        )
+    if isinstance(request_timeout, bool) or not (
+        isinstance(request_timeout, (int, float)) and request_timeout > 0
+    ):
+        raise ValueError(
+            f"`request_timeout` must be a positive number of seconds. Received: {request_timeout!r}"
+        )
+    if (
+        isinstance(max_connections, bool)
+        or not isinstance(max_connections, int)
+        or max_connections < 1
+    ):
+        raise ValueError(
+            f"`max_connections` must be a positive integer. Received: {max_connections!r}"
         )
     name = model_name or os.path.basename(os.path.normpath(model_dir))
     predictor = SavedModelPredictor(name, model_dir, max_batch_size=max_batch_size)
@@ -235,6 +307,8 @@ def build_server(
         workers=1,
     )
     rest.config.host = host  # KServe binds every interface; we bind what we are told
+    rest.config.http = _timed_protocol(float(request_timeout))
+    rest.config.limit_concurrency = max_connections  # beyond it: 503
     add_kserve_handlers = rest._add_exception_handlers  # run by `run()`, after this
 
     def add_handlers(application):
@@ -253,6 +327,8 @@ def serve(
     model_name=None,
     max_batch_size=256,
     max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
+    request_timeout=DEFAULT_REQUEST_TIMEOUT,
+    max_connections=DEFAULT_MAX_CONNECTIONS,
 ):
     """Serve an exported model over HTTP with TF Serving's REST API, until stopped.
 
@@ -276,13 +352,27 @@ def serve(
         model_name: the `<name>` in the URLs; the folder name by default.
         max_batch_size: the most images one request may carry (256).
         max_request_bytes: larger request bodies get a 413 answer (16 MiB).
+        request_timeout: seconds a request may take to arrive, headers and
+            body, before its connection is closed (10); idle keep-alive
+            connections are closed after 5 s.
+        max_connections: open connections beyond which requests get a 503
+            (4096).
 
     Example:
 
     >>> from keras_capsules.serving import serve
     >>> serve("models/capsnet", port=8501)  # doctest: +SKIP
     """
-    rest = build_server(model_dir, port, host, model_name, max_batch_size, max_request_bytes)
+    rest = build_server(
+        model_dir,
+        port,
+        host,
+        model_name,
+        max_batch_size,
+        max_request_bytes,
+        request_timeout,
+        max_connections,
+    )
     print(
         f"Serving {rest.predictor.name!r} (version {rest.predictor.version}) at "
         f"http://{host}:{rest.config.port}/v1/models/{rest.predictor.name}:predict",

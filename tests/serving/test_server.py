@@ -28,6 +28,7 @@ pytest.importorskip("kserve")
 
 MAX_BATCH = 32
 MAX_BYTES = 1_000_000
+REQUEST_TIMEOUT = 2.0
 
 
 class Client:
@@ -71,7 +72,7 @@ def served(tmp_path_factory, mnist_data):
     process = subprocess.Popen(
         [sys.executable, "-m", "keras_capsules.cli", "serve", str(root / "capsnet")]
         + ["--port", str(port), "--max-batch-size", str(MAX_BATCH)]
-        + ["--max-request-bytes", str(MAX_BYTES)],
+        + ["--max-request-bytes", str(MAX_BYTES), "--request-timeout", str(REQUEST_TIMEOUT)],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
@@ -328,16 +329,53 @@ def test_binds_loopback_only(served):
         socket.create_connection((address, client.port), timeout=5).close()
 
 
+def test_slow_clients_are_cut_off_and_good_ones_keep_being_served(served):
+    """A slowloris: 100 connections that trickle their headers, 20 their body."""
+    client, model, x, _ = served
+    slow = []
+    for i in range(120):
+        connection = socket.create_connection(("127.0.0.1", client.port), timeout=10)
+        head = "POST /v1/models/capsnet:predict HTTP/1.1\r\nHost: x\r\n"
+        if i >= 100:  # complete headers, then a body that never comes
+            head += "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+        connection.sendall(head.encode())
+        slow.append(connection)
+    started = time.time()
+    expected = model.predict(x[:1], verbose=0).argmax(-1)[0]
+    while time.time() - started < REQUEST_TIMEOUT:  # served while the slow ones hang
+        status, answer = client.predict({"instances": x[:1].tolist()})
+        assert status == 200 and answer["predictions"][0]["classes"] == expected, answer
+    time.sleep(1.5)
+    for connection in slow:  # every slow connection was closed by the server
+        try:
+            assert connection.recv(1024) == b""
+        except ConnectionResetError:
+            pass
+        connection.close()
+    assert client.predict({"instances": x[:1].tolist()})[0] == 200
+
+
 def test_load_eight_clients(served, record_property):
-    """8 concurrent clients for 30 s: no 5xx, every answer right; latencies recorded."""
+    """8 clients for 30 s, 30% of their requests bad (a PNG bomb among them).
+
+    No 5xx, every good answer right, every bad one a 400; latencies recorded.
+    """
     client, model, x, _ = served
     expected = model.predict(x[:8], verbose=0).argmax(-1)
     bodies = [json.dumps({"instances": x[i : i + 1].tolist()}).encode() for i in range(8)]
+    bad = [body for body, _ in BAD_REQUESTS.values() if not isinstance(body, bytes)]
+    bad = [json.dumps(body).encode() for body in bad]
     latencies, failures = [], []
     stop = time.time() + 30
 
     def run(i):
+        rng = np.random.default_rng(i)
         while time.time() < stop:
+            if rng.uniform() < 0.3:
+                status, answer = client.predict(bad[rng.integers(len(bad))])
+                if status != 400:
+                    failures.append((status, str(answer)[:200]))
+                continue
             start = time.perf_counter()
             status, answer = client.predict(bodies[i])
             latencies.append(time.perf_counter() - start)
