@@ -658,6 +658,12 @@ def train(args):
     write_json(os.path.join(args.output, "metrics.json"), metrics)
     # Only now is the backup redundant: model.keras and metrics.json are on disk.
     shutil.rmtree(os.path.join(args.output, "backup"), ignore_errors=True)
+    if counter.nonfinite:
+        print(
+            f"Warning: {counter.nonfinite} of {counter.steps} training steps had a NaN or "
+            "infinite loss (nonfinite_loss_steps in metrics.json)",
+            flush=True,
+        )
     print(f"Test accuracy: {metrics['test_accuracy']:.4f} ({test_count} images)")
     print(
         f"Model: {os.path.join(args.output, 'model.keras')}; metrics: "

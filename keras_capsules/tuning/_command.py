@@ -1,8 +1,10 @@
 """`keras-capsules tune`: the command's work (its arguments are in `keras_capsules.cli`)."""
 
-import json
 import os
 import time
+
+from keras_capsules._atomic import replacing
+from keras_capsules._atomic import write_json
 
 DEFAULT_ORACLE = "127.0.0.1:8000"
 MODELS = ("capsnet-mnist", "matrix-capsnet-mnist")
@@ -197,7 +199,8 @@ def _report(args, tuner, hypermodel, search_seconds, best_trials_table):
         )
     results = model.evaluate(x_test, y_test, batch_size=batch_size, verbose=0, return_dict=True)
     model_path = os.path.join(args.output, "best_model.keras")
-    model.save(model_path)
+    with replacing(model_path) as temporary:  # a kill leaves the old model or the new one
+        model.save(temporary)
     summary = {
         "model": args.model,
         "tuner": args.tuner,
@@ -211,8 +214,7 @@ def _report(args, tuner, hypermodel, search_seconds, best_trials_table):
         "test_images": int(len(x_test)),
         "test_accuracy": float(results["accuracy"]),
     }
-    with open(os.path.join(args.output, "best.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    write_json(os.path.join(args.output, "best.json"), summary)
     print(f"Test accuracy of the best model: {summary['test_accuracy']:.4f} ({len(x_test)} images)")
     print(f"Model: {model_path}; summary: {os.path.join(args.output, 'best.json')}", flush=True)
     if args.export:

@@ -4,6 +4,8 @@ import os
 
 import numpy as np
 
+from keras_capsules._atomic import replacing
+
 
 def new_figure(rows, cols, cell_inches=1.0, dpi=100, size=None):
     """A `Figure` with a grid of `rows x cols` axes on the Agg canvas (no pyplot).
@@ -31,7 +33,8 @@ def save(figure, path):
         folder = os.path.dirname(path)
         if folder:
             os.makedirs(folder, exist_ok=True)
-        figure.savefig(path, format="png", dpi=figure.dpi)
+        with replacing(path) as temporary:
+            figure.savefig(temporary, format="png", dpi=figure.dpi)
     return figure
 
 
