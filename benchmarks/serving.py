@@ -105,22 +105,13 @@ def drive_mixed(port, name, good, expected, bad, clients, duration, bad_fraction
             if status != 200 or json.loads(data)["predictions"][0]["classes"] != expected[i]:
                 wrong.append(status)
 
-    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(clients)]
-    began = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - began
-    p50, p90, p99 = np.percentile(np.array(latencies) * 1000, [50, 90, 99])
+    elapsed = run_clients(client, clients)
     return {
         "clients": clients,
         "bad_fraction": bad_fraction,
         "good_requests": len(latencies),
         "good_requests_per_s": round(len(latencies) / elapsed, 2),
-        "p50_ms": round(float(p50), 2),
-        "p90_ms": round(float(p90), 2),
-        "p99_ms": round(float(p99), 2),
+        **percentiles(latencies),
         "wrong_answers": len(wrong),
         "bad_not_400": len(bad_not_400),
     }
@@ -137,22 +128,33 @@ def drive(port, name, body, clients, duration):
             statuses.append(post(port, path, body))
             latencies.append(time.perf_counter() - start)
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    elapsed = run_clients(lambda seed: client(), clients)
+    return {
+        "clients": clients,
+        "requests": len(latencies),
+        "requests_per_s": round(len(latencies) / elapsed, 2),
+        **percentiles(latencies),
+        "non_200": sum(s != 200 for s in statuses),
+    }
+
+
+def run_clients(client, clients):
+    """Run `client(seed)` in `clients` threads at once; the seconds until all end."""
+    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(clients)]
     began = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    elapsed = time.perf_counter() - began
+    return time.perf_counter() - began
+
+
+def percentiles(latencies):
     p50, p90, p99 = np.percentile(np.array(latencies) * 1000, [50, 90, 99])
     return {
-        "clients": clients,
-        "requests": len(latencies),
-        "requests_per_s": round(len(latencies) / elapsed, 2),
         "p50_ms": round(float(p50), 2),
         "p90_ms": round(float(p90), 2),
         "p99_ms": round(float(p99), 2),
-        "non_200": sum(s != 200 for s in statuses),
     }
 
 

@@ -50,18 +50,7 @@ class RequestSizeLimit:
                 await self._reject(send)
 
     async def _reject(self, send):
-        body = (f'{{"error": "Request body is over the limit of {self.max_bytes} bytes"}}').encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _send_error(send, 413, f"Request body is over the limit of {self.max_bytes} bytes")
 
 
 class _TooLarge(Exception):
@@ -86,19 +75,8 @@ class ReadOnlyEndpoints:
             return await self.app(scope, receive, send)
         if scope["method"] == "POST" and scope["path"] == self.predict_path:
             return await self.app(scope, receive, send)
-        body = b'{"error": "Method not allowed: this server only answers GET and predictions"}'
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 405,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"allow", b"GET, HEAD"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        message = "Method not allowed: this server only answers GET and predictions"
+        await _send_error(send, 405, message, [(b"allow", b"GET, HEAD")])
 
 
 class _CleanServerErrors:
@@ -129,25 +107,27 @@ class _CleanServerErrors:
             _logger().exception("Unexpected error answering %s %s", scope["method"], scope["path"])
             if started:
                 raise  # too late for an answer: the server closes the connection
-            body = _error_body(f"Internal server error: {type(error).__name__}")
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"connection", b"close"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            message = f"Internal server error: {type(error).__name__}"
+            await _send_error(send, 500, message, [(b"connection", b"close")])
 
 
-def _error_body(message):
+async def _send_error(send, status, message, headers=()):
+    """Answer an ASGI request with `status` and TF Serving's `{"error": message}`."""
     import json
 
-    return json.dumps({"error": message}).encode()
+    body = json.dumps({"error": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def _logger():
