@@ -74,9 +74,12 @@ class MatrixCapsNetNORB(keras.Model):
     Example:
 
     >>> import applications
+    >>> import numpy as np
     >>> model = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16)
-    >>> model.count_params()
+    >>> sum(int(np.prod(w.shape)) for w in model.trainable_weights)  # the paper's 68K
     68754
+    >>> model.count_params()  # and the spread loss's margin, a non-trainable weight
+    68755
 
     Reference:
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.

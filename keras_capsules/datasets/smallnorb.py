@@ -190,11 +190,14 @@ def read_matrix(filename):
 
     Example:
 
+    With the official file in the working folder (not shipped with this
+    package):
+
     >>> from keras_capsules.datasets import smallnorb
-    >>> labels = smallnorb.read_matrix(
+    >>> labels = smallnorb.read_matrix(  # doctest: +SKIP
     ...     "smallnorb-5x46789x9x18x6x2x96x96-training-cat.mat.gz"
     ... )
-    >>> labels.shape, labels.dtype
+    >>> labels.shape, labels.dtype  # doctest: +SKIP
     ((24300,), dtype('int32'))
     """
     return _read(filename)
@@ -298,9 +301,14 @@ def load_data(path=None):
 
     Example:
 
+    With the six official files in `~/data/smallnorb` (not shipped with this
+    package):
+
     >>> from keras_capsules.datasets import smallnorb
-    >>> (x_train, y_train, info_train), test = smallnorb.load_data("~/data/smallnorb")
-    >>> x_train.shape, y_train.shape, info_train.shape
+    >>> (x_train, y_train, info_train), test = smallnorb.load_data(  # doctest: +SKIP
+    ...     "~/data/smallnorb"
+    ... )
+    >>> x_train.shape, y_train.shape, info_train.shape  # doctest: +SKIP
     ((24300, 96, 96, 2), (24300,), (24300, 4))
     """
     if path is not None:
@@ -485,10 +493,15 @@ def training_pipeline(
 
     Example:
 
+    >>> import numpy as np
     >>> from keras_capsules.datasets import smallnorb
-    >>> (x_train, y_train, _), (x_test, y_test, _) = smallnorb.load_data("smallnorb")
-    >>> train = smallnorb.training_pipeline(x_train, y_train, batch_size=32, seed=0)
-    >>> test = smallnorb.test_pipeline(x_test, y_test, batch_size=32)
+    >>> x = np.zeros((64, 96, 96, 2), "uint8")  # smallnorb.load_data(...) in practice
+    >>> y = np.zeros(64, "int32")
+    >>> train = smallnorb.training_pipeline(x, y, batch_size=32, seed=0)
+    >>> images, labels = next(iter(train))  # random 32x32 crops of the 48x48 pairs
+    >>> tuple(images.shape), tuple(labels.shape)
+    ((32, 32, 32, 2), (32,))
+    >>> test = smallnorb.test_pipeline(x, y, batch_size=32)  # centre crops
     >>> # model.fit(train, validation_data=test, epochs=10)
     """
     import tensorflow as tf

@@ -51,7 +51,7 @@ class CapsuleLayer(keras.layers.Layer):
 
     >>> import numpy as np
     >>> layer = CapsuleLayer(num_capsules=10, capsule_dim=16, routings=3)
-    >>> layer(np.zeros((4, 1152, 8), "float32")).shape
+    >>> tuple(layer(np.zeros((4, 1152, 8), "float32")).shape)
     (4, 10, 16)
 
     Reference:

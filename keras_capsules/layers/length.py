@@ -22,7 +22,7 @@ class Length(keras.layers.Layer):
     Example:
 
     >>> import numpy as np
-    >>> Length()(np.ones((2, 10, 16), "float32")).shape
+    >>> tuple(Length()(np.ones((2, 10, 16), "float32")).shape)
     (2, 10)
 
     Reference:

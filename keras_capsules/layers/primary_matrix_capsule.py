@@ -36,7 +36,7 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
     >>> import numpy as np
     >>> layer = PrimaryMatrixCapsule(capsule_types=32)
     >>> poses, acts = layer(np.zeros((2, 14, 14, 32), "float32"))
-    >>> poses.shape, acts.shape
+    >>> tuple(poses.shape), tuple(acts.shape)
     ((2, 14, 14, 32, 16), (2, 14, 14, 32))
 
     Reference:

@@ -28,7 +28,7 @@ class ReconstructionDecoder(keras.layers.Layer):
 
     >>> import numpy as np
     >>> decoder = ReconstructionDecoder(target_shape=(28, 28, 1))
-    >>> decoder(np.zeros((2, 10, 16), "float32")).shape
+    >>> tuple(decoder(np.zeros((2, 10, 16), "float32")).shape)
     (2, 28, 28, 1)
 
     Reference:
