@@ -4,6 +4,10 @@ import keras
 import numpy as np
 import pytest
 
+# A script run in its own process (`python -m tests._data_parallel_run`): importing
+# it splits the CPU into two devices, so `--doctest-modules` must not collect it.
+collect_ignore = ["_data_parallel_run.py"]
+
 BACKEND = keras.backend.backend()
 
 requires_tensorflow = pytest.mark.skipif(
