@@ -157,6 +157,8 @@ def _timed_protocol(request_timeout):
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    arriving = (h11.IDLE, h11.SEND_BODY)  # the client's states while its request comes in
+
     class TimedH11Protocol(H11Protocol):
         _request_timer = None
 
@@ -168,7 +170,7 @@ def _timed_protocol(request_timeout):
             if self._request_timer is None:
                 self._arm()
             super().data_received(data)
-            if self.conn.their_state is not h11.SEND_BODY and self.conn.their_state is not h11.IDLE:
+            if self.conn.their_state not in arriving:
                 self._disarm()  # the request is in (or the connection is over)
 
         def connection_lost(self, exc):
@@ -186,10 +188,7 @@ def _timed_protocol(request_timeout):
 
         def _too_slow(self):
             self._request_timer = None
-            if (
-                self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
-                and not self.transport.is_closing()
-            ):
+            if self.conn.their_state in arriving and not self.transport.is_closing():
                 self.logger.warning(
                     "Closed a connection whose request took over %s s to arrive", request_timeout
                 )
@@ -235,28 +234,15 @@ def build_server(
     kserve, model_server, RESTServer = _import_kserve()
     from kserve.errors import InvalidInput
 
+    from keras_capsules._validation import check_positive
+    from keras_capsules._validation import check_positive_int
     from keras_capsules.serving.saved_model_predictor import SavedModelPredictor
 
     if not isinstance(port, int) or not 0 <= port < 65536:
         raise ValueError(f"`port` must be an integer in [0, 65535]. Received: port={port!r}")
-    if not isinstance(max_request_bytes, int) or max_request_bytes < 1:
-        raise ValueError(
-            f"`max_request_bytes` must be a positive integer. Received: {max_request_bytes!r}"
-        )
-    if isinstance(request_timeout, bool) or not (
-        isinstance(request_timeout, (int, float)) and request_timeout > 0
-    ):
-        raise ValueError(
-            f"`request_timeout` must be a positive number of seconds. Received: {request_timeout!r}"
-        )
-    if (
-        isinstance(max_connections, bool)
-        or not isinstance(max_connections, int)
-        or max_connections < 1
-    ):
-        raise ValueError(
-            f"`max_connections` must be a positive integer. Received: {max_connections!r}"
-        )
+    check_positive_int("max_request_bytes", max_request_bytes)
+    check_positive("request_timeout", request_timeout)
+    check_positive_int("max_connections", max_connections)
     name = model_name or os.path.basename(os.path.normpath(model_dir))
     predictor = SavedModelPredictor(name, model_dir, max_batch_size=max_batch_size)
     predictor.load()
