@@ -101,8 +101,11 @@ class SavedModelPredictor(kserve.Model):
                 f"{where}: an image must be a nested list of numbers of shape {expected} "
                 "(strings, booleans and nulls are not pixels)"
             )
-        with np.errstate(over="ignore"):
-            image = cells.astype(np.float32).reshape(expected)  # too large: inf, refused below
+        try:
+            with np.errstate(over="ignore"):  # floats beyond float32 become inf
+                image = cells.astype(np.float32).reshape(expected)
+        except OverflowError:  # an integer beyond float64 (a Python caller's: JSON refuses it)
+            image = np.full(expected, np.inf, np.float32)
         if not np.all(np.isfinite(image)):
             raise InvalidInput(f"{where}: the image contains NaN or infinite pixels")
         return image

@@ -59,3 +59,13 @@ def test_models_exported_without_the_graph_check_are_caught_too(predictor, monke
     monkeypatch.setitem(predictor._signatures, "serving_default", Unchecked())
     with pytest.raises(InvalidInput, match="out of the range"):
         predict(predictor, np.ones((1, 8, 8, 1)))
+
+
+def test_an_integer_beyond_float_range_is_a_bad_request(predictor):
+    """JSON parsers refuse such integers; a Python caller can still pass one."""
+    from kserve.errors import InvalidInput
+
+    image = np.ones((8, 8, 1), int).tolist()
+    image[3][4][0] = 10**400
+    with pytest.raises(InvalidInput, match="NaN or infinite pixels"):
+        asyncio.run(predictor.predict({"instances": [image]}))
