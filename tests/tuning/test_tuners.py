@@ -219,7 +219,7 @@ def test_calls_about_unknown_trials_are_answered_and_never_block_the_oracle(tmp_
 def test_worker_carries_on_when_the_chief_refuses_a_result(tmp_path, monkeypatch, capsys):
     import grpc
 
-    from keras_capsules.tuning.tuners import _worker_client
+    from keras_capsules.tuning._service import _worker_client
 
     oracle = chief_oracle(str(tmp_path), monkeypatch)
     monkeypatch.setenv("KERASTUNER_TUNER_ID", "w0")
