@@ -1,7 +1,22 @@
-"""What the training benchmarks share: a wall-clock budget for `fit`, the device name, logging."""
+"""What the experiments share: a wall-clock budget for `fit`, the device name, logging.
 
+Importing this module (before Keras) also puts the repository root on `sys.path`, so the
+experiments run from a checkout without installing it, defaults the backend to TensorFlow
+with its C++ logs quietened, and pools TensorFlow's CPU memory as importing
+`keras_capsules` does, for a baseline that runs TensorFlow before importing it.
+"""
+
+import os
 import sys
 import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 
 def log(*args):

@@ -24,11 +24,11 @@ budget. `--full` gives both models the paper's sizes (CapsNet Conv1 256 and
 
 Prints a single JSON object on stdout; progress goes to stderr.
 
-    KERAS_BACKEND=tensorflow python benchmarks/affine_robustness.py --minutes 15 --cnn-minutes 15
+    KERAS_BACKEND=tensorflow python experiments/affine_robustness.py --minutes 15 --cnn-minutes 15
 
 Smoke test:
 
-    KERAS_BACKEND=tensorflow python benchmarks/affine_robustness.py --max-steps 2 --test-size 200
+    KERAS_BACKEND=tensorflow python experiments/affine_robustness.py --max-steps 2 --test-size 200
 """
 
 import argparse
@@ -36,7 +36,6 @@ import json
 import os
 import time
 
-import _child  # noqa: F401  (puts the repository root on sys.path, defaults the backend)
 from _training import budget_callback
 from _training import device
 from _training import log

@@ -9,13 +9,13 @@ mean cosine between the two gradients of a pair (how much two batches agree
 on the direction to move), and the same with the responsibilities `R` behind
 `stop_gradient`. TensorFlow backend.
 
-    python benchmarks/em_gradient.py
+    python experiments/em_gradient.py
 """
 
 import argparse
 import json
 
-import _child  # noqa: F401  (puts the repository root on sys.path, defaults the backend)
+import _training  # noqa: F401  (repository root on sys.path, TensorFlow backend by default)
 
 SETTINGS = ((2, 1.0), (3, 1.0), (2, 0.1), (3, 0.1))
 
@@ -32,7 +32,6 @@ def conv1_gradients(iterations, tempering, batches, seed, stop_responsibilities=
     import tensorflow as tf
 
     import applications
-    from keras_capsules import routing
 
     keras.utils.set_random_seed(seed)
     model = applications.MatrixCapsNetNORB(
@@ -47,6 +46,8 @@ def conv1_gradients(iterations, tempering, batches, seed, stop_responsibilities=
         tempering=tempering,
         compile=False,
     )
+    from keras_capsules.routing import _positions as routing  # the layers look these up here
+
     original = routing.normalize_over_positions, routing.normalize_over_outputs
     if stop_responsibilities:  # log R behind stop_gradient, in every layer
         routing.normalize_over_positions = lambda *a: tf.stop_gradient(original[0](*a))

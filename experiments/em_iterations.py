@@ -16,13 +16,13 @@ separated (`0.1,0.5`).
 The issue's measurements (about 1 minute per reduced run, 12 per 1,000 small
 steps on the 2-core AVX2 CPU):
 
-    python benchmarks/em_iterations.py --model reduced --steps 300 --learning-rate 1e-2 \\
+    python experiments/em_iterations.py --model reduced --steps 300 --learning-rate 1e-2 \\
         --test-size 1000 --iterations 3 --tempering 0.1
-    python benchmarks/em_iterations.py --model small --steps 1000 --iterations 3
+    python experiments/em_iterations.py --model small --steps 1000 --iterations 3
 
 Smoke test:
 
-    python benchmarks/em_iterations.py --model reduced --steps 2 --test-size 64
+    python experiments/em_iterations.py --model reduced --steps 2 --test-size 64
 """
 
 import argparse
@@ -31,7 +31,6 @@ import math
 import resource
 import time
 
-import _child  # noqa: F401  (puts the repository root on sys.path, defaults the backend)
 from _training import budget_callback
 from _training import log
 

@@ -1,4 +1,4 @@
-"""Benchmark mixed precision: test accuracy and training speed after the same budget.
+"""Mixed precision: test accuracy and training speed of each dtype policy after the same budget.
 
 Trains CapsNetMNIST with `keras-capsules train capsnet-mnist` once per dtype
 policy (`float32`, `mixed_bfloat16`, `mixed_float16`), each in its own process,
@@ -10,8 +10,8 @@ runs' `metrics.json`. The issue's target: accuracy within 0.1 points.
 
 Prints one JSON object on stdout; the runs' progress goes to stderr.
 
-    python benchmarks/mixed_precision.py --train-size 60000 --epochs 1   # the paper model
-    python benchmarks/mixed_precision.py --train-size 500 --test-size 500 \\
+    python experiments/mixed_precision.py --train-size 60000 --epochs 1   # the paper model
+    python experiments/mixed_precision.py --train-size 500 --test-size 500 \\
         --conv-filters 16 --primary-capsules 4                            # smoke test
 """
 
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-import _child  # noqa: F401  (repository root on sys.path, TensorFlow backend by default)
+import _training  # noqa: F401  (repository root on sys.path, TensorFlow backend by default)
 
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 

@@ -13,22 +13,22 @@ Prints a single JSON object on stdout; progress goes to stderr.
 
 Reduced model, about 5 minutes (the default):
 
-    KERAS_BACKEND=tensorflow python benchmarks/multimnist.py --minutes 5
+    KERAS_BACKEND=tensorflow python experiments/multimnist.py --minutes 5
 
 The paper's model (Conv1 256, 32 primary capsule types, 11.36M parameters),
 on a GPU, for as long as you can give it:
 
-    KERAS_BACKEND=tensorflow python benchmarks/multimnist.py --full --minutes 600 \\
+    KERAS_BACKEND=tensorflow python experiments/multimnist.py --full --minutes 600 \\
         --test-pairs 10000
 
 Then draw figure 5 of the paper from the saved model:
 
-    KERAS_BACKEND=tensorflow python benchmarks/multimnist.py --save runs/mm.keras
+    KERAS_BACKEND=tensorflow python experiments/multimnist.py --save runs/mm.keras
     keras-capsules figures runs/mm.keras --kind multimnist --count 8
 
 Smoke test:
 
-    KERAS_BACKEND=tensorflow python benchmarks/multimnist.py --max-steps 2 --test-pairs 100
+    KERAS_BACKEND=tensorflow python experiments/multimnist.py --max-steps 2 --test-pairs 100
 """
 
 import argparse
@@ -36,7 +36,6 @@ import json
 import os
 import time
 
-import _child  # noqa: F401  (puts the repository root on sys.path, defaults the backend)
 from _training import budget_callback
 from _training import device
 from _training import log

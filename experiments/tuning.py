@@ -1,4 +1,4 @@
-"""Benchmark a hyperparameter search on MNIST against the paper's defaults.
+"""A hyperparameter search on MNIST against the paper's defaults.
 
 Runs a keras-tuner search (`keras_capsules.tuning.create_tuner`, Hyperband by
 default) of `CapsNetHyperModel` (or `MatrixCapsNetHyperModel`) on the first
@@ -18,11 +18,11 @@ trial tables, Keras's progress lines) goes to stderr.
 Full run (about an hour on 2 CPU cores; resumes if `--output` holds an
 interrupted search):
 
-    KERAS_BACKEND=tensorflow python benchmarks/tuning.py --output runs/bench-tune > tuning.json
+    KERAS_BACKEND=tensorflow python experiments/tuning.py --output runs/bench-tune > tuning.json
 
 Smoke test (under a minute; the numbers mean nothing):
 
-    KERAS_BACKEND=tensorflow python benchmarks/tuning.py --smoke
+    KERAS_BACKEND=tensorflow python experiments/tuning.py --smoke
 """
 
 import argparse
@@ -32,6 +32,8 @@ import os
 import sys
 import tempfile
 import time
+
+import _training  # noqa: F401  (repository root on sys.path, TensorFlow backend by default)
 
 SMOKE = {
     "train_size": 300,
