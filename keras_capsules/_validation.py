@@ -28,7 +28,7 @@ def check_gradient_method(gradient, stop_gradient=False):
     """Raise a `ValueError` unless `gradient` names a routing gradient method.
 
     The methods are `"auto"`, `"autodiff"` and `"structured"`
-    (`keras_capsules.routing.route_by_agreement`, `em_route`); the structured
+    (`keras_capsules.routing._dynamic.route_by_agreement`, `em_route`); the structured
     gradient does not stop the gradient through the inner iterations.
     """
     if gradient not in ("auto", "autodiff", "structured"):

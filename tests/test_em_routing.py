@@ -2,13 +2,13 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_capsules.routing import EM_EPSILON
-from keras_capsules.routing import convolution_sites
-from keras_capsules.routing import em_route
 from keras_capsules.routing import em_routing
 from keras_capsules.routing import inverse_temperatures
-from keras_capsules.routing import normalize_over_outputs
-from keras_capsules.routing import normalize_over_positions
+from keras_capsules.routing._em_route import EM_EPSILON
+from keras_capsules.routing._em_route import em_route
+from keras_capsules.routing._positions import convolution_sites
+from keras_capsules.routing._positions import normalize_over_outputs
+from keras_capsules.routing._positions import normalize_over_positions
 from tests.conftest import BACKEND
 from tests.conftest import gradient
 

@@ -3,7 +3,7 @@ import pytest
 from keras import ops
 
 from keras_capsules.routing import dynamic_routing
-from keras_capsules.routing import route_by_agreement
+from keras_capsules.routing._dynamic import route_by_agreement
 from tests.conftest import BACKEND
 from tests.conftest import gradient
 

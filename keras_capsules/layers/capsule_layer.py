@@ -3,7 +3,7 @@ from keras import ops
 
 from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
-from keras_capsules.routing import route_by_agreement
+from keras_capsules.routing._dynamic import route_by_agreement
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -34,7 +34,7 @@ class CapsuleLayer(keras.layers.Layer):
         kernel_regularizer: optional regularizer of `W`.
         gradient: how the gradient reaches the votes (`"auto"`,
             `"structured"` or `"autodiff"`; see
-            `keras_capsules.routing.route_by_agreement`). The default is
+            `keras_capsules.routing._dynamic.route_by_agreement`). The default is
             fastest; `"autodiff"` is for gradients of gradients on TensorFlow.
         **kwargs: base layer arguments such as `name` and `dtype`.
 

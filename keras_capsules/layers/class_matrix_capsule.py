@@ -7,6 +7,9 @@ from keras_capsules._validation import check_capsule_inputs
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
+from keras_capsules.routing import _em_defaults
+from keras_capsules.routing import _em_route
+from keras_capsules.routing import _positions
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -81,9 +84,9 @@ class ClassMatrixCapsule(keras.layers.Layer):
         check_positive_int("iterations", iterations)
         check_positive("inverse_temperature", inverse_temperature)
         check_positive("variance_epsilon", variance_epsilon)
-        routing.tempering_schedule(tempering, iterations)
+        _em_defaults.tempering_schedule(tempering, iterations)
         check_choice(
-            "inverse_temperature_schedule", inverse_temperature_schedule, routing.SCHEDULES
+            "inverse_temperature_schedule", inverse_temperature_schedule, _em_defaults.SCHEDULES
         )
         self.num_classes = num_classes
         self.iterations = iterations
@@ -126,7 +129,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
         if self.coordinate_addition:
             votes = votes + ops.convert_to_tensor(self._offsets)
         child_activations = ops.reshape(ops.cast(activations, "float32"), (batch, 1, num_inputs))
-        out_poses, out_activations, resp = routing.em_route(
+        out_poses, out_activations, resp = _em_route.em_route(
             ops.expand_dims(votes, 1),
             child_activations,
             self.beta_v,
@@ -135,7 +138,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
             self.inverse_temperature,
             self.variance_epsilon,
             initial_responsibility=1.0 / self.num_classes,
-            log_normalize=routing.normalize_over_outputs,
+            log_normalize=_positions.normalize_over_outputs,
             tempering=self.tempering,
             schedule=self.inverse_temperature_schedule,
         )

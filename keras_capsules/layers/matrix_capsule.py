@@ -7,6 +7,9 @@ from keras_capsules._validation import check_capsule_inputs
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
+from keras_capsules.routing import _em_defaults
+from keras_capsules.routing import _em_route
+from keras_capsules.routing import _positions
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -99,10 +102,10 @@ class MatrixCapsule(keras.layers.Layer):
         check_positive_int("iterations", iterations)
         check_positive("inverse_temperature", inverse_temperature)
         check_positive("variance_epsilon", variance_epsilon)
-        routing.tempering_schedule(tempering, iterations)
-        check_choice("normalization", normalization, routing.NORMALIZATIONS)
+        _em_defaults.tempering_schedule(tempering, iterations)
+        check_choice("normalization", normalization, _positions.NORMALIZATIONS)
         check_choice(
-            "inverse_temperature_schedule", inverse_temperature_schedule, routing.SCHEDULES
+            "inverse_temperature_schedule", inverse_temperature_schedule, _em_defaults.SCHEDULES
         )
         self.capsule_types = capsule_types
         self.kernel_size = kernel_size
@@ -121,7 +124,7 @@ class MatrixCapsule(keras.layers.Layer):
     def build(self, input_shape):
         poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True, known_grid=True)
         height, width, input_types = poses_shape[1], poses_shape[2], poses_shape[3]
-        children, parents_of, counts, out_size = routing.convolution_sites(
+        children, parents_of, counts, out_size = _positions.convolution_sites(
             height, width, self.kernel_size, self.strides
         )
         self._children = children
@@ -183,12 +186,12 @@ class MatrixCapsule(keras.layers.Layer):
 
         def log_normalize(logits):
             logits = ops.reshape(logits, (batch, sites, self.capsule_types, patch, types))
-            log_r = routing.normalize_over_positions(
+            log_r = _positions.normalize_over_positions(
                 logits, self._children, self._parents_of, self.normalization
             )
             return ops.reshape(log_r, (batch, sites, self.capsule_types, num_inputs))
 
-        out_poses, out_activations, resp = routing.em_route(
+        out_poses, out_activations, resp = _em_route.em_route(
             votes,
             child_activations,
             self.beta_v,

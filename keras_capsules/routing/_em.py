@@ -1,0 +1,145 @@
+"""EM routing between matrix capsules (Hinton, Sabour, Frosst 2018)."""
+
+from keras import ops
+
+from keras_capsules._validation import check_choice
+from keras_capsules._validation import check_in_unit_interval
+from keras_capsules._validation import check_positive_int
+from keras_capsules.routing._contract import LOW_PRECISION
+from keras_capsules.routing._em_defaults import INVERSE_TEMPERATURE
+from keras_capsules.routing._em_defaults import SCHEDULES
+from keras_capsules.routing._em_defaults import TEMPERING
+from keras_capsules.routing._em_defaults import VARIANCE_EPSILON
+from keras_capsules.routing._em_defaults import tempering_schedule
+from keras_capsules.routing._em_route import em_route
+from keras_capsules.routing._positions import normalize_over_outputs
+
+
+def em_routing(
+    votes,
+    activations,
+    beta_v,
+    beta_a,
+    iterations=3,
+    inverse_temperature=INVERSE_TEMPERATURE,
+    variance_epsilon=VARIANCE_EPSILON,
+    return_responsibilities=False,
+    tempering=TEMPERING,
+    inverse_temperature_schedule="rescaled",
+):
+    """EM routing between matrix capsules (Hinton, Sabour, Frosst 2018, Procedure 1).
+
+    Every output capsule `j` is a Gaussian cluster with a diagonal covariance
+    over the 16 entries of its pose. Starting from `R[i, j] = 1 / num_outputs`,
+    each iteration runs
+
+    - the M-step: with `r[i, j] = R[i, j] * a[i]` (the child's activation
+      weights its responsibilities *after* they were normalised),
+      `mu[j] = sum_i r V / sum_i r`,
+      `var[j] = sum_i r (V - mu)^2 / sum_i r` floored at `variance_epsilon`,
+      `cost[j] = (16 beta_v[j] + sum_h log sigma[j, h]) sum_i r[i, j]` and
+      `a[j] = sigmoid(lambda_t (beta_a[j] - cost[j]))`;
+    - the E-step (all but the last iteration): the log-density `log p[i, j]`
+      of each vote under its parent's Gaussian and
+      `R[i, j] = softmax_j(tau * (log a[j] + log p[i, j]))`, in log space,
+      that is `R[i, j] ∝ (a[j] p[i, j]) ** tau`.
+
+    `tau` is `tempering`. The paper's E-step is `tau = 1`; the default, 0.1,
+    is a tempered E-step (deterministic annealing EM), which keeps the
+    responsibilities soft after the first M-step so that 3 iterations train
+    as well as 2 (see the Matrix capsules guide). `lambda_t` follows
+    `inverse_temperatures(iterations, inverse_temperature,
+    inverse_temperature_schedule)`.
+    Three epsilons are involved: `variance_epsilon` floors the variance (so
+    `log sigma` and `1 / var` stay finite when all votes agree exactly),
+    `EM_EPSILON` (1e-7) is added to `sum_i r` before dividing, and negative
+    round-off in the expanded squares is clipped to zero.
+
+    The squared deviations are expanded, `sum_h (V - mu)^2 / var =
+    sum_h V^2 / var - 2 V mu / var + mu^2 / var`, so that every step is a
+    contraction of the votes (and their squares, computed once) with small
+    per-parent tensors: no tensor of the votes' size is created per iteration.
+    The votes are first centred on each parent's plain mean (and the poses
+    moved back), so the expansion keeps its precision for large votes and
+    votes that share an offset: routing is shift-equivariant. On TensorFlow
+    and JAX the votes' gradient is formed as one batched product (the Routing
+    guide explains it), so training keeps no per-iteration tensor of the
+    votes' size either. Routing computes in float32 for float16 /
+    bfloat16 inputs.
+
+    Args:
+        votes: `V[i, j]`, shape `(batch, num_inputs, num_outputs, 16)`: each
+            child's 4x4 vote for each parent, flattened.
+        activations: child activations `a[i]` in [0, 1], shape
+            `(batch, num_inputs)`.
+        beta_v: per-parent cost offsets, shape `(num_outputs,)`.
+        beta_a: per-parent activation offsets, shape `(num_outputs,)`.
+        iterations: EM iterations, a positive integer.
+        inverse_temperature: the final `lambda`.
+        variance_epsilon: the variance floor.
+        return_responsibilities: also return `R` of the last E-step,
+            `(batch, num_inputs, num_outputs)`, summing to 1 over parents.
+        tempering: the E-step exponent `tau`, a positive number (0.1), or a
+            sequence of one per E-step (`iterations - 1` numbers). 1 is the
+            paper's E-step.
+        inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`;
+            see `inverse_temperatures`.
+
+    Returns:
+        `(poses, activations)`: the parents' means, `(batch, num_outputs, 16)`,
+        and activations in (0, 1), `(batch, num_outputs)`; then `R` if asked.
+
+    Example:
+
+    >>> import numpy as np
+    >>> votes = np.random.normal(size=(2, 32, 5, 16)).astype("float32")
+    >>> poses, acts = em_routing(votes, np.ones((2, 32), "float32"),
+    ...                          np.zeros(5, "float32"), np.zeros(5, "float32"))
+    >>> tuple(poses.shape), tuple(acts.shape)
+    ((2, 5, 16), (2, 5))
+
+    Reference:
+        Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
+    """
+    check_positive_int("iterations", iterations)
+    tempering_schedule(tempering, iterations)
+    check_choice("inverse_temperature_schedule", inverse_temperature_schedule, SCHEDULES)
+    check_in_unit_interval("activations", activations)
+    votes = ops.convert_to_tensor(votes)
+    activations = ops.convert_to_tensor(activations)
+    if len(votes.shape) != 4 or votes.shape[-1] != 16:
+        raise ValueError(
+            "`votes` must have shape (batch, num_inputs, num_outputs, 16): a flattened "
+            f"4x4 pose matrix per vote. Received: votes.shape={tuple(votes.shape)}"
+        )
+    if tuple(activations.shape) != tuple(votes.shape[:2]):
+        raise ValueError(
+            "`activations` must have shape (batch, num_inputs) matching `votes`. "
+            f"Received: activations.shape={tuple(activations.shape)}, "
+            f"votes.shape={tuple(votes.shape)}"
+        )
+    num_outputs = votes.shape[2]
+    dtype = ops.dtype(votes)
+    poses, acts, resp = em_route(
+        ops.expand_dims(ops.transpose(votes, (0, 2, 1, 3)), 1),
+        ops.expand_dims(activations, 1),
+        beta_v,
+        beta_a,
+        iterations,
+        inverse_temperature,
+        variance_epsilon,
+        initial_responsibility=1.0 / num_outputs,
+        log_normalize=normalize_over_outputs,
+        tempering=tempering,
+        schedule=inverse_temperature_schedule,
+    )
+    poses, acts = poses[:, 0], acts[:, 0]
+    if dtype in LOW_PRECISION:
+        poses, acts = ops.cast(poses, dtype), ops.cast(acts, dtype)
+    if not return_responsibilities:
+        return poses, acts
+    if resp is None:
+        resp = ops.full(ops.shape(votes)[:3], 1.0 / num_outputs)
+    else:
+        resp = ops.transpose(resp[:, 0], (0, 2, 1))
+    return poses, acts, resp
