@@ -19,14 +19,27 @@ downsampled to 48x48 and standardized per image; training takes random 32x32
 crops with random brightness and contrast, testing the centre 32x32 crop.
 """
 
-import gzip
 import os
-import struct
-import zlib
 
 import numpy as np
 
 from keras_capsules.datasets import _files
+from keras_capsules.datasets import _norb_format
+from keras_capsules.datasets._norb_format import MAGIC
+from keras_capsules.datasets._norb_format import read_matrix
+
+__all__ = [
+    "CLASS_NAMES",
+    "FILES",
+    "INFO_COLUMNS",
+    "MAGIC",
+    "URL",
+    "load_data",
+    "preprocess",
+    "read_matrix",
+    "test_pipeline",
+    "training_pipeline",
+]
 
 URL = "https://cs.nyu.edu/~ylclab/data/norb-v1.0-small/"
 """Home of the official distribution."""
@@ -52,185 +65,13 @@ steps of 5); azimuth 0, 2, ..., 34 (times 10 gives degrees); lighting 0-5."""
 
 _INFO_MAX = (9, 8, 34, 5)
 
-MAGIC = {
-    0x1E3D4C51: np.dtype("<f4"),
-    0x1E3D4C53: np.dtype("<f8"),
-    0x1E3D4C54: np.dtype("<i4"),
-    0x1E3D4C55: np.dtype("u1"),
-    0x1E3D4C56: np.dtype("<i2"),
-}
-"""Magic number of each supported matrix type: single, double, integer, byte, short."""
-
-_PACKED_MAGIC = 0x1E3D4C52
-_MAX_NDIM = 32
 _CHUNK = 512  # stereo pairs read at a time (9.4 MB)
 
 
-def _open(filename):
-    with open(filename, "rb") as f:
-        compressed = f.read(2) == b"\x1f\x8b"
-    return gzip.open(filename, "rb") if compressed else open(filename, "rb")
-
-
-def _read_exact(f, buffer):
-    """Fill `buffer` (a writable byte view) from `f`; return the bytes read."""
-    view = memoryview(buffer)
-    got = 0
-    while got < len(view):
-        count = f.readinto(view[got:])
-        if not count:
-            break
-        got += count
-    return got
-
-
-def _read_header(f, filename):
-    head = f.read(8)
-    if len(head) < 8:
-        raise ValueError(f"smallNORB file {filename} is truncated: the header is incomplete.")
-    magic, ndim = struct.unpack("<Ii", head)
-    if magic == _PACKED_MAGIC:
-        raise ValueError(f"smallNORB file {filename} is a packed matrix, which is not supported.")
-    if magic not in MAGIC:
-        raise ValueError(
-            f"smallNORB file {filename} is not a binary matrix: bad magic number 0x{magic:08X} "
-            f"(expected one of {', '.join(f'0x{m:08X}' for m in MAGIC)})."
-        )
-    if not 1 <= ndim <= _MAX_NDIM:
-        raise ValueError(
-            f"smallNORB file {filename} is corrupt: its header announces {ndim} dimensions "
-            f"(expected 1 to {_MAX_NDIM})."
-        )
-    stored = max(3, ndim)
-    dims = f.read(4 * stored)
-    if len(dims) < 4 * stored:
-        raise ValueError(f"smallNORB file {filename} is truncated: the header is incomplete.")
-    # Fewer than 3 dimensions still store 3; the padding (1 in the official files) is ignored.
-    shape = struct.unpack(f"<{stored}i", dims)[:ndim]
-    if any(d < 0 for d in shape):
-        raise ValueError(f"smallNORB file {filename} is corrupt: negative dimension in {shape}.")
-    return MAGIC[magic], shape, 8 + 4 * stored
-
-
-def _fill(f, array, filename, shape, dtype, header_size, offset=0):
-    """Read `array.nbytes` payload bytes into `array`, `offset` bytes into the payload."""
-    got = _read_exact(f, array.reshape(-1).view(np.uint8))
-    if got < array.nbytes:
-        expected = header_size + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        raise ValueError(
-            f"smallNORB file {filename} is truncated: its header announces shape {shape} of "
-            f"{dtype.name}, {expected} bytes in all, but the data ends after "
-            f"{header_size + offset + got} bytes."
-        )
-
-
-def _allocate(shape, dtype, filename):
-    try:
-        return np.empty(shape, dtype)
-    except (MemoryError, ValueError) as error:
-        raise ValueError(
-            f"smallNORB file {filename} is corrupt: its header announces shape {shape} of "
-            f"{dtype.name}, which cannot be allocated ({error})."
-        ) from error
-
-
-def _read(filename, check=None, channels_last=False):
-    filename = os.fspath(filename)
-    with _open(filename) as f:
-        try:
-            dtype, shape, header_size = _read_header(f, filename)
-            if check is not None:
-                check(filename, dtype, shape)
-            if channels_last:
-                # (n, c, h, w) in the file, (n, h, w, c) in memory, a chunk at a time.
-                n, channels, height, width = shape
-                array = _allocate((n, height, width, channels), dtype, filename)
-                chunk = _allocate((min(_CHUNK, n), channels, height, width), dtype, filename)
-                for start in range(0, n, _CHUNK):
-                    part = chunk[: min(_CHUNK, n - start)]
-                    _fill(f, part, filename, shape, dtype, header_size, start * chunk[0].nbytes)
-                    array[start : start + len(part)] = part.transpose(0, 2, 3, 1)
-            else:
-                array = _allocate(shape, dtype, filename)
-                _fill(f, array, filename, shape, dtype, header_size)
-            if f.read(1):
-                raise ValueError(
-                    f"smallNORB file {filename} is corrupt: it holds more data than the "
-                    f"{array.nbytes} bytes its header announces for shape {shape}."
-                )
-        except (OSError, EOFError, zlib.error) as error:
-            raise ValueError(
-                f"smallNORB file {filename} is corrupt or truncated: {error}"
-            ) from error
-    return array.astype(dtype.newbyteorder("="), copy=False)
-
-
-def read_matrix(filename):
-    """Read one file of the smallNORB binary matrix format into a NumPy array.
-
-    The format (little-endian): an int32 magic number giving the element type
-    (`0x1E3D4C55` byte/uint8, `0x1E3D4C54` integer/int32, `0x1E3D4C56`
-    short/int16, `0x1E3D4C51` single/float32, `0x1E3D4C53` double/float64;
-    see `MAGIC`), an int32 number of dimensions `ndim`, `max(3, ndim)` int32
-    dimensions (those past `ndim` are padding and ignored), then the data in
-    row-major order. Gzipped files are recognized by their content, whatever
-    their name.
-
-    Args:
-        filename: path of the file (`.mat` or `.mat.gz`).
-
-    Returns:
-        An array of the file's shape and element type, in native byte order.
-
-    Raises:
-        ValueError: the magic number or the header is invalid, the data is
-            shorter or longer than the header announces, or the gzip stream is
-            corrupt; the message names the file.
-        FileNotFoundError: the file does not exist.
-
-    Example:
-
-    With the official file in the working folder (not shipped with this
-    package):
-
-    >>> from keras_capsules.datasets import smallnorb
-    >>> labels = smallnorb.read_matrix(  # doctest: +SKIP
-    ...     "smallnorb-5x46789x9x18x6x2x96x96-training-cat.mat.gz"
-    ... )
-    >>> labels.shape, labels.dtype  # doctest: +SKIP
-    ((24300,), dtype('int32'))
-    """
-    return _read(filename)
-
-
-def _check_dat(filename, dtype, shape):
-    if dtype != np.uint8 or len(shape) != 4 or tuple(shape[1:]) != (2, 96, 96):
-        raise ValueError(
-            f"smallNORB file {filename} does not hold stereo pairs: expected a byte matrix of "
-            f"shape (n, 2, 96, 96), found {dtype.name} of shape {shape}."
-        )
-
-
-def _check_cat(filename, dtype, shape):
-    if dtype.kind not in "iu" or len(shape) != 1:
-        raise ValueError(
-            f"smallNORB file {filename} does not hold labels: expected an integer matrix of "
-            f"shape (n,), found {dtype.name} of shape {shape}."
-        )
-
-
-def _check_info(filename, dtype, shape):
-    if dtype.kind not in "iu" or len(shape) != 2 or shape[1] != 4:
-        raise ValueError(
-            f"smallNORB file {filename} does not hold the example information: expected an "
-            f"integer matrix of shape (n, 4), found {dtype.name} of shape {shape}."
-        )
-
-
 def _load_split(files):
-    x = _read(files["dat"], _check_dat, channels_last=True)
-    y = _read(files["cat"], _check_cat).astype("int32", copy=False)
-    info = _read(files["info"], _check_info).astype("int32", copy=False)
+    x = _norb_format.read(files["dat"], _norb_format.check_dat, chunk_rows=_CHUNK)
+    y = _norb_format.read(files["cat"], _norb_format.check_cat).astype("int32", copy=False)
+    info = _norb_format.read(files["info"], _norb_format.check_info).astype("int32", copy=False)
     if not len(x) == len(y) == len(info):
         raise ValueError(
             "smallNORB files disagree on the number of examples: "
