@@ -1,4 +1,4 @@
-"""Run one measurement of a benchmark script in its own process and read its JSON.
+"""Run one measurement of a benchmark in its own process and read its JSON.
 
 Each measurement gets a fresh process so that its peak RSS (`ru_maxrss`) is its own.
 Importing this module (before Keras) also puts the repository root on `sys.path`, so
@@ -48,21 +48,6 @@ def run_alternating(script, args, names, repeats):
             print(f"== {name}, repeat {repeat + 1} of {repeats} ==", file=sys.stderr, flush=True)
             runs[name].append(run_child(script, args, name))
     return runs
-
-
-def run_grid(script, args, names, seeds):
-    """Each of `names` once per seed, seed by seed: the results, in that order.
-
-    A measurement's `--only` is "NAME,SEED", so a paired comparison (the same
-    seed, one setting changed) reads its runs side by side.
-    """
-    results = []
-    for seed in seeds:
-        for name in names:
-            print(f"== {name}, seed {seed} ==", file=sys.stderr, flush=True)
-            results.append(run_child(script, args, f"{name},{seed}"))
-            print(results[-1], file=sys.stderr, flush=True)
-    return results
 
 
 def run_child(script, args, only):
