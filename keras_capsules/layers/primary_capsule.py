@@ -69,13 +69,6 @@ class PrimaryCapsule(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.input_spec = keras.layers.InputSpec(ndim=4)
-
-    def build(self, input_shape):
-        if len(input_shape) != 4 or input_shape[-1] is None:
-            raise ValueError(
-                "PrimaryCapsule expects inputs of shape (batch, height, width, "
-                f"channels) with a known channel count. Received: input_shape={input_shape}"
-            )
         self.conv = keras.layers.Conv2D(
             self.num_capsules * self.capsule_dim,
             self.kernel_size,
@@ -87,6 +80,13 @@ class PrimaryCapsule(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="conv",
         )
+
+    def build(self, input_shape):
+        if len(input_shape) != 4 or input_shape[-1] is None:
+            raise ValueError(
+                "PrimaryCapsule expects inputs of shape (batch, height, width, "
+                f"channels) with a known channel count. Received: input_shape={input_shape}"
+            )
         self.conv.build(input_shape)
 
     def call(self, inputs):
@@ -98,8 +98,6 @@ class PrimaryCapsule(keras.layers.Layer):
         return squash(capsules, axis=-1)
 
     def compute_output_shape(self, input_shape):
-        if not hasattr(self, "conv"):
-            self.build(input_shape)
         _, height, width, _ = self.conv.compute_output_shape(input_shape)
         count = None if height is None or width is None else height * width * self.num_capsules
         return (input_shape[0], count, self.capsule_dim)

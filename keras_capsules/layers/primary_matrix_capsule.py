@@ -67,13 +67,6 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.input_spec = keras.layers.InputSpec(ndim=4)
-
-    def build(self, input_shape):
-        if len(input_shape) != 4 or input_shape[-1] is None:
-            raise ValueError(
-                "PrimaryMatrixCapsule expects inputs of shape (batch, height, width, "
-                f"channels) with a known channel count. Received: input_shape={input_shape}"
-            )
         self.conv = keras.layers.Conv2D(
             self.capsule_types * 17,
             self.kernel_size,
@@ -85,6 +78,13 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="conv",
         )
+
+    def build(self, input_shape):
+        if len(input_shape) != 4 or input_shape[-1] is None:
+            raise ValueError(
+                "PrimaryMatrixCapsule expects inputs of shape (batch, height, width, "
+                f"channels) with a known channel count. Received: input_shape={input_shape}"
+            )
         self.conv.build(input_shape)
 
     def call(self, inputs):
@@ -98,8 +98,6 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         return poses, activations
 
     def compute_output_shape(self, input_shape):
-        if not hasattr(self, "conv"):
-            self.build(input_shape)
         batch, height, width, _ = self.conv.compute_output_shape(input_shape)
         return (
             (batch, height, width, self.capsule_types, 16),

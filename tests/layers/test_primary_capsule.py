@@ -15,6 +15,13 @@ def test_shape_and_values_are_the_squashed_convolution():
     np.testing.assert_allclose(y, norm**2 / (1 + norm**2) * conv / norm, rtol=1e-4, atol=1e-6)
 
 
+def test_compute_output_shape_builds_nothing():
+    layer = PrimaryCapsule(32, 8, 9, strides=2)
+    assert layer.compute_output_shape((None, 20, 20, 256)) == (None, 1152, 8)
+    assert layer.compute_output_shape((None, None, None, 3)) == (None, None, 8)
+    assert not layer.built and not layer.weights
+
+
 def test_paper_sizes_and_parameters():
     layer = PrimaryCapsule(32, 8, 9, strides=2)
     assert layer(np.zeros((1, 20, 20, 256), "float32")).shape == (1, 1152, 8)

@@ -29,6 +29,7 @@ def test_poses_and_activations_split_one_convolution():
 def test_output_shape_config_and_errors():
     layer = PrimaryMatrixCapsule(4, kernel_size=3, strides=2)
     assert layer.compute_output_shape((None, 9, 9, 8)) == ((None, 4, 4, 4, 16), (None, 4, 4, 4))
+    assert not layer.built and not layer.weights  # asking for a shape builds nothing
     assert PrimaryMatrixCapsule.from_config(layer.get_config()).get_config() == layer.get_config()
     with pytest.raises(ValueError, match="capsule_types"):
         PrimaryMatrixCapsule(0)
