@@ -101,12 +101,12 @@ def run(args):
     import keras
     import keras_tuner as kt
 
+    from keras_capsules.cli.tune import _parse_value
     from keras_capsules.datasets import mnist
     from keras_capsules.tuning import CapsNetHyperModel
     from keras_capsules.tuning import MatrixCapsNetHyperModel
     from keras_capsules.tuning import best_trials_table
     from keras_capsules.tuning import create_tuner
-    from keras_capsules.tuning._command import _parse_value
 
     if args.model == "capsnet-mnist":
         hypermodel = CapsNetHyperModel(input_shape=(28, 28, 1), num_classes=10)

@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 from keras_capsules import cli
+from keras_capsules.cli import _model
+from keras_capsules.cli import _training
+from keras_capsules.cli import _types
 from tests.conftest import requires_tensorflow
 
 TINY = [
@@ -129,7 +132,7 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
         with pytest.raises(SystemExit) as error:
             cli.main(["train", "matrix-capsnet-mnist", "--tempering", bad])
         assert error.value.code == 2 and "--tempering" in capsys.readouterr().err
-    assert cli._tempering("0.1,0.5") == [0.1, 0.5] and cli._tempering("1") == 1.0
+    assert _types.tempering("0.1,0.5") == [0.1, 0.5] and _types.tempering("1") == 1.0
     with pytest.raises(SystemExit, match="no model"):
         cli.main(["evaluate", str(tmp_path / "missing.keras")])
 
@@ -144,7 +147,7 @@ def test_train_matrix_capsnet_mnist(tmp_path):
     em_options += ["--normalization", "positions", "--inverse-temperature-schedule", "authors"]
     assert cli.main(args + ["--test-size", "32", *em_options, *EM_TINY]) == 0
     metrics = json.load(open(os.path.join(output, "metrics.json")))
-    saved = cli._load_model(os.path.join(output, "model.keras"))
+    saved = _model.load_model(os.path.join(output, "model.keras"))
     conv_caps2 = saved.get_layer("conv_caps2")
     assert conv_caps2.variance_epsilon == 0.01
     assert (conv_caps2.tempering, conv_caps2.normalization) == (0.3, "positions")
@@ -193,7 +196,7 @@ def test_train_with_mixed_precision_and_data_parallel(tmp_path, precision):
     metrics = json.load(open(os.path.join(output, "metrics.json")))
     assert metrics["precision"] == precision and metrics["replicas"] == 1  # one CPU device
     assert metrics["nonfinite_loss_steps"] == 0 and 0 <= metrics["test_accuracy"] <= 1
-    saved = cli._load_model(os.path.join(output, "model.keras"))
+    saved = _model.load_model(os.path.join(output, "model.keras"))
     assert saved.get_layer("conv1").dtype_policy.name == precision
     assert saved.get_layer("digit_caps").dtype_policy.name == precision
     assert saved.get_layer("probabilities").dtype_policy.name == "float32"
@@ -204,14 +207,14 @@ def test_resumed_history_drops_the_rows_the_backup_lacks(tmp_path):
     # at epoch 2 (index): its row goes, as CSVLogger will write it again.
     path = tmp_path / "history.csv"
     path.write_text("epoch,loss\n0,0.5\n1,0.4\n2,0.3\n")
-    keeper = cli._history_keeper(str(path))
+    keeper = _training.history_keeper(str(path))
     with open(path, "a") as appending:  # as CSVLogger holds it
         keeper.on_epoch_begin(2)
         keeper.on_epoch_begin(3)  # later epochs leave the file alone
         appending.write("2,0.25\n")
     assert path.read_text() == "epoch,loss\n0,0.5\n1,0.4\n2,0.25\n"
     fresh = tmp_path / "fresh.csv"
-    cli._history_keeper(str(fresh)).on_epoch_begin(0)  # no file yet: nothing to do
+    _training.history_keeper(str(fresh)).on_epoch_begin(0)  # no file yet: nothing to do
     assert not fresh.exists()
 
 
@@ -253,7 +256,7 @@ def _backup_of_a_killed_run(output):
 
     assert train_tiny(output, epochs=2) == 0
     backup = os.path.join(output, "backup")
-    model = cli._load_model(os.path.join(output, "model.keras"))
+    model = _model.load_model(os.path.join(output, "model.keras"))
     callback = keras.callbacks.BackupAndRestore(backup, double_checkpoint=True)
     callback.set_model(model)
     for epoch in (0, 1):  # two saves, so that .bkp files hold epoch 1

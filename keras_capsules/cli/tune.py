@@ -1,13 +1,84 @@
-"""`keras-capsules tune`: the command's work (its arguments are in `keras_capsules.cli`)."""
+"""`keras-capsules tune`: search hyperparameters with keras-tuner, on one machine or several.
+
+    keras-capsules tune capsnet-mnist --tuner hyperband --max-trials 20 --output runs/tune
+    keras-capsules tune capsnet-mnist --chief --oracle 10.0.0.1:8000 --output runs/tune
+    keras-capsules tune capsnet-mnist --worker w1 --oracle 10.0.0.1:8000 --output runs/tune
+
+The search is `keras_capsules.tuning`'s (`create_tuner`, the hypermodels); a
+chief runs the oracle for remote workers, which run the trials.
+"""
 
 import os
 import time
 
 from keras_capsules._atomic import replacing
 from keras_capsules._atomic import write_json
+from keras_capsules.cli._types import data_dir
+from keras_capsules.cli._types import positive_int
 
 DEFAULT_ORACLE = "127.0.0.1:8000"
 MODELS = ("capsnet-mnist", "matrix-capsnet-mnist")
+ENVIRONMENT = ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT")
+
+
+def add_parser(commands):
+    """Add the `tune` subcommand and its arguments to `commands` (argparse subparsers)."""
+    tune = commands.add_parser(
+        "tune", help="search hyperparameters with keras-tuner, on one machine or chief + workers"
+    )
+    tune.add_argument("model", choices=MODELS)
+    tune.add_argument("--tuner", choices=("hyperband", "random", "bayesian"), default="hyperband")
+    tune.add_argument("--max-trials", type=int, default=10, help="most trials to run")
+    tune.add_argument(
+        "--max-epochs", type=int, default=3, help="hyperband: most epochs of a trial, else all"
+    )
+    tune.add_argument("--output", default="runs/tune", help="folder of the search and its results")
+    tune.add_argument("--objective", default="val_accuracy", help="metric to optimise")
+    tune.add_argument(
+        "--data-dir", type=data_dir, default=None, help="folder of the MNIST IDX files"
+    )
+    tune.add_argument(
+        "--train-size", type=positive_int, default=None, help="use the first N images"
+    )
+    tune.add_argument(
+        "--test-size", type=positive_int, default=None, help="evaluate on the first N"
+    )
+    tune.add_argument("--validation-split", type=float, default=0.1, help="held out of training")
+    tune.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        help="100 for capsnet-mnist, 32 for the EM model",
+    )
+    tune.add_argument(
+        "--fixed",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="fix a hyperparameter instead of searching it (repeatable)",
+    )
+    tune.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming")
+    tune.add_argument("--seed", type=int, default=None)
+    tune.add_argument("--top", type=int, default=5, help="trials in the final table")
+    tune.add_argument(
+        "--retrain-epochs", type=int, default=0, help="retrain the best configuration for N epochs"
+    )
+    tune.add_argument("--export", metavar="DIR", default=None, help="export the best model here")
+    role = tune.add_mutually_exclusive_group()
+    role.add_argument("--chief", action="store_true", help="run the oracle for remote workers")
+    role.add_argument("--worker", metavar="ID", default=None, help="run trials for the chief")
+    tune.add_argument(
+        "--oracle", metavar="HOST:PORT", default=None, help="the chief's address (127.0.0.1:8000)"
+    )
+    tune.add_argument("--max-retries", type=int, default=1, help="reruns of a crashed trial")
+    tune.add_argument(
+        "--lease-seconds", type=float, default=120.0, help="chief: give up a silent worker's trial"
+    )
+    tune.add_argument(
+        "--heartbeat-seconds", type=float, default=10.0, help="worker: seconds between heartbeats"
+    )
+    tune.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+    return tune
 
 
 def _fail(message):
@@ -95,9 +166,6 @@ def _load_mnist(args):
     x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
     x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
     return (x_train, y_train), (x_test[..., None], y_test)
-
-
-ENVIRONMENT = ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT")
 
 
 def run(args):

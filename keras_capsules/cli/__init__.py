@@ -1,0 +1,44 @@
+"""The `keras-capsules` command: train, evaluate, export and serve capsule networks.
+
+    keras-capsules train capsnet-mnist --epochs 1 --output runs/mnist
+    keras-capsules evaluate runs/mnist/model.keras
+    keras-capsules export runs/mnist/model.keras models/capsnet
+    keras-capsules serve models/capsnet --port 8501
+    keras-capsules tune capsnet-mnist --tuner hyperband --max-trials 20 --output runs/tune
+    keras-capsules figures runs/mnist/model.keras --output figures
+    keras-capsules explore runs/mnist/model.keras
+
+Each subcommand is a module of this package (`train`, `evaluate`, `export`,
+`serve`, `figures`, `explore`, `tune`) with `add_parser(commands)`, its
+arguments, and `run(args)`, its work. Keras and TensorFlow are imported by
+`run` only, so that `--help` and usage errors come at once.
+"""
+
+__all__ = ["main"]
+
+
+def main(argv=None):
+    """Run the `keras-capsules` command with the arguments `argv`.
+
+    Args:
+        argv: the arguments after `keras-capsules`, as a list of strings;
+            `None` reads `sys.argv[1:]`.
+
+    Returns:
+        The exit status, 0 on success. A usage error exits through argparse
+        (status 2, the message on standard error); a failure the command
+        explains raises `SystemExit` with a one-line message.
+
+    Example:
+
+    >>> from keras_capsules.cli import main
+    >>> main(["train", "capsnet-mnist", "--epochs", "0"])  # on stderr: ... --epochs: must be ...
+    Traceback (most recent call last):
+    ...
+    SystemExit: 2
+    """
+    from keras_capsules.cli._parser import COMMANDS
+    from keras_capsules.cli._parser import build_parser
+
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command].run(args)

@@ -1,0 +1,211 @@
+"""What `train` keeps in its output folder: the history, the backup, the model and `run.json`.
+
+`fit_callbacks` are the callbacks of a training session; `usable_backup`
+repairs or sets aside a damaged backup before Keras reads it; `previous_run`
+compares the options with those `run.json` recorded.
+"""
+
+import json
+import os
+import shutil
+import time
+
+from keras_capsules._atomic import replacing
+
+# Options that do not change what a run trains: they may differ between the
+# sessions of one run.
+SESSION_OPTIONS = ("command", "epochs", "output", "verbose", "data_dir", "test_size", "fresh")
+RUN_FILES = ("backup", "model.keras", "metrics.json", "history.csv", "run.json")
+
+
+def finite_loss_counter():
+    """A callback counting the training steps and those whose loss was NaN or infinite."""
+    import keras
+    import numpy as np
+
+    class FiniteLossCounter(keras.callbacks.Callback):
+        """Counts the training steps and those whose loss was NaN or infinite."""
+
+        def __init__(self):
+            super().__init__()
+            self.steps = 0
+            self.nonfinite = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+            if logs and "loss" in logs and not np.isfinite(float(logs["loss"])):
+                self.nonfinite += 1
+
+    return FiniteLossCounter()
+
+
+def history_keeper(history_path):
+    """A callback keeping `history.csv` to the epochs whose training the weights contain."""
+    import keras
+
+    class HistoryKeeper(keras.callbacks.Callback):
+        """Keeps `history.csv` to the epochs whose training the weights contain.
+
+        `CSVLogger` writes an epoch's row before `BackupAndRestore` saves
+        that epoch, so a run killed between the two has a row for an epoch it
+        trains again when it resumes. At the first epoch of a run, the rows
+        from that epoch on are dropped (the file is cut in place: `CSVLogger`
+        holds it open for appending).
+        """
+
+        def __init__(self):
+            super().__init__()
+            self.started = False
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if self.started:
+                return
+            self.started = True
+            if epoch > 0:
+                print(
+                    f"Resumed at epoch {epoch + 1}: the backup holds epochs 1-{epoch}", flush=True
+                )
+            if not os.path.exists(history_path):
+                return
+            with open(history_path, "r+", newline="") as f:
+                lines = f.readlines()
+                kept = lines[:1] + [line for line in lines[1:] if _row_epoch(line) < epoch]
+                if len(kept) < len(lines):
+                    f.seek(0)
+                    f.writelines(kept)
+                    f.truncate()
+
+    return HistoryKeeper()
+
+
+def _row_epoch(line):
+    try:
+        return int(line.split(",", 1)[0])
+    except ValueError:  # not a row of CSVLogger's
+        return -1
+
+
+def model_saver(path):
+    """A callback saving the model to `path` after every epoch, atomically."""
+    import keras
+
+    class ModelSaver(keras.callbacks.Callback):
+        """Saves the model to `path` after every epoch, atomically."""
+
+        def on_epoch_end(self, epoch, logs=None):
+            with replacing(path) as temporary:
+                self.model.save(temporary)
+
+    return ModelSaver()
+
+
+def fit_callbacks(output):
+    """The callbacks that keep `output`'s history, backup and model, in the order they must run.
+
+    At the end of an epoch callbacks run in this order: the history row is
+    written before the backup, so a killed run never lacks the row of an epoch
+    its backup holds; `history_keeper` drops a row the backup lacks. The backup
+    is deleted by `train`, once the model and metrics are on disk.
+    """
+    import keras
+
+    history_path = os.path.join(output, "history.csv")
+    return [
+        keras.callbacks.CSVLogger(history_path, append=True),
+        history_keeper(history_path),
+        keras.callbacks.BackupAndRestore(
+            os.path.join(output, "backup"), double_checkpoint=True, delete_checkpoint=False
+        ),
+        model_saver(os.path.join(output, "model.keras")),
+    ]
+
+
+def usable_backup(backup_dir):
+    """Make `backup_dir` loadable, from its `.bkp` copy if need be, or set it aside.
+
+    Keras's `BackupAndRestore` keeps the previous epoch's weights and metadata
+    as `.bkp` files; a run killed while writing the latest ones leaves them
+    empty or truncated, and Keras then fails at every resume. Returns whether a
+    usable backup is in place.
+    """
+    if not os.path.isdir(backup_dir):
+        return False
+    weights = os.path.join(backup_dir, "latest.weights.h5")
+    metadata = os.path.join(backup_dir, "training_metadata.json")
+    if _readable_backup(weights, metadata):
+        return True
+    if _readable_backup(weights + ".bkp", metadata + ".bkp"):
+        print(f"The latest backup in {backup_dir} is unreadable: using the one before", flush=True)
+        shutil.copyfile(weights + ".bkp", weights)
+        shutil.copyfile(metadata + ".bkp", metadata)
+        return True
+    aside = f"{backup_dir}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}"
+    os.replace(backup_dir, aside)
+    print(f"The backup in {backup_dir} is unreadable (moved to {aside}): starting over", flush=True)
+    return False
+
+
+def _readable_backup(weights, metadata):
+    import h5py
+
+    try:
+        with open(metadata) as f:
+            epoch = json.load(f)["epoch"]
+        with h5py.File(weights, "r"):
+            pass
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(epoch, int) and epoch >= 0
+
+
+def run_config(args):
+    """The options of `args` that define the run, as `run.json` holds them."""
+    options = {k: v for k, v in sorted(vars(args).items()) if k not in SESSION_OPTIONS}
+    return json.loads(json.dumps(options))  # as run.json will hold them (tuples as lists)
+
+
+def previous_run(args):
+    """How this run relates to what `args.output` holds: the epochs it has finished.
+
+    Returns 0 for a new run (or an interrupted one, which its backup resumes)
+    and the number of epochs of a finished run, which `train` continues.
+    Refuses, naming the options, a folder whose run was trained with other
+    settings, unless `--fresh` clears it first.
+    """
+    config_path = os.path.join(args.output, "run.json")
+    config = run_config(args)
+    if args.fresh:
+        for name in RUN_FILES:
+            path = os.path.join(args.output, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+    recorded = None
+    if os.path.exists(config_path):
+        try:
+            with open(config_path) as f:
+                recorded = json.load(f)["options"]
+        except (OSError, ValueError, KeyError, TypeError):
+            recorded = None
+    if recorded is not None and recorded != config:
+        differing = sorted(
+            k for k in set(config) | set(recorded) if config.get(k) != recorded.get(k)
+        )
+        changes = ", ".join(
+            f"--{k.replace('_', '-')} {recorded.get(k)!r} -> {config.get(k)!r}" for k in differing
+        )
+        raise SystemExit(
+            f"keras-capsules train: {args.output} holds a run trained with other options "
+            f"({changes}). Rerun with the recorded options to continue it, choose another "
+            "--output, or pass --fresh to start a new run there (its files are deleted)."
+        )
+    metrics_path = os.path.join(args.output, "metrics.json")
+    model_path = os.path.join(args.output, "model.keras")
+    if os.path.isdir(os.path.join(args.output, "backup")) or not os.path.exists(model_path):
+        return 0
+    try:
+        with open(metrics_path) as f:
+            return int(json.load(f)["epochs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0

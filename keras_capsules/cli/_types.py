@@ -1,0 +1,55 @@
+"""The `type=` functions of the command's arguments: each checks one value as argparse reads it.
+
+A value they refuse ends the command with argparse's usage error, naming the
+argument: `keras-capsules train: error: argument --epochs: must be a positive
+integer, got '0'`.
+"""
+
+import argparse
+import os
+
+
+def positive_int(text):
+    """An integer of at least 1.
+
+    >>> positive_int("3")
+    3
+    >>> positive_int("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a positive integer, got '0'
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def tempering(text):
+    """`--tempering`: one positive number, or several separated by commas.
+
+    >>> tempering("0.1,0.5"), tempering("1")
+    ([0.1, 0.5], 1.0)
+    """
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(0 < v < float("inf") for v in values):
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number or positive numbers separated by commas: {text!r}"
+        )
+    return values[0] if len(values) == 1 else values
+
+
+def data_dir(text):
+    """`--data-dir`: an existing folder that holds files, `~` expanded."""
+    path = os.path.expanduser(text)
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text} is not a folder")
+    if not any(entry.is_file() for entry in os.scandir(path)):
+        raise argparse.ArgumentTypeError(f"the folder {text} holds no files")
+    return path

@@ -1,0 +1,301 @@
+"""`keras-capsules train`: train a prebuilt model on its data set.
+
+    keras-capsules train capsnet-mnist --epochs 1 --output runs/mnist
+    keras-capsules train matrix-capsnet-mnist --epochs 1 --output runs/em-mnist
+    keras-capsules train matrix-capsnet-norb --data-dir ~/smallnorb --output runs/norb
+
+`train` shows Keras's progress bar, keeps a backup of the run after every
+epoch (`OUTPUT/backup`) and resumes from it when started again with the same
+`--output` after an interruption, saves `OUTPUT/model.keras` after every
+epoch, and ends by printing the test accuracy and writing it, with the
+timings, to `OUTPUT/metrics.json`. Every file is written under a temporary
+name and renamed into place. `OUTPUT/run.json` records the run's options: a
+rerun with more `--epochs` continues a finished run, and a rerun with other
+options is refused unless `--fresh` starts a new run in the folder.
+
+The matrix capsule models (EM routing) train with the spread loss, whose
+margin `SpreadMarginSchedule` raises from 0.2 to 0.9 over the run:
+`matrix-capsnet-mnist` on MNIST (28x28, 10 classes), `matrix-capsnet-norb`
+on smallNORB read from `--data-dir` (the official files).
+"""
+
+import contextlib
+import os
+import shutil
+import time
+
+from keras_capsules._atomic import check_writable
+from keras_capsules._atomic import write_json
+from keras_capsules.cli import _training
+from keras_capsules.cli._model import load_model
+from keras_capsules.cli._types import data_dir
+from keras_capsules.cli._types import positive_int
+from keras_capsules.cli._types import tempering
+
+MODELS = ("capsnet-mnist", "matrix-capsnet-mnist", "matrix-capsnet-norb")
+MATRIX_MODELS = ("matrix-capsnet-mnist", "matrix-capsnet-norb")
+
+
+def add_parser(commands):
+    """Add the `train` subcommand and its arguments to `commands` (argparse subparsers)."""
+    train = commands.add_parser("train", help="train a prebuilt model on its data set")
+    train.add_argument("model", choices=MODELS)
+    train.add_argument("--epochs", type=positive_int, default=1)
+    train.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        help="100 for capsnet-mnist, 32 for the EM models",
+    )
+    train.add_argument("--output", default="runs/mnist", help="folder for checkpoints and metrics")
+    train.add_argument(
+        "--data-dir",
+        type=data_dir,
+        default=None,
+        help="folder of the MNIST IDX or smallNORB .mat files",
+    )
+    train.add_argument("--max-shift", type=int, default=2, help="augmentation shift in pixels")
+    train.add_argument(
+        "--train-size", type=positive_int, default=None, help="use the first N images"
+    )
+    train.add_argument(
+        "--test-size", type=positive_int, default=None, help="evaluate on the first N"
+    )
+    train.add_argument("--routings", type=positive_int, default=3, help="routing iterations")
+    train.add_argument("--conv-filters", type=int, default=256, help="capsnet-mnist: Conv1")
+    train.add_argument("--primary-capsules", type=int, default=32, help="capsnet-mnist")
+    for letter, default in zip("ABCD", (32, 32, 32, 32)):
+        train.add_argument(
+            f"-{letter}",
+            type=positive_int,
+            default=default,
+            help=f"EM models: {letter} of the paper",
+        )
+    train.add_argument(
+        "--inverse-temperature", type=float, default=None, help="EM models: final lambda"
+    )
+    train.add_argument(
+        "--variance-epsilon", type=float, default=None, help="EM models: variance floor (1e-4)"
+    )
+    train.add_argument(
+        "--tempering",
+        type=tempering,
+        default=None,
+        help="EM models: E-step exponent tau, R ~ (a p)^tau, one number or one per E-step "
+        "separated by commas (0.1; 1 is the paper's E-step)",
+    )
+    train.add_argument(
+        "--normalization",
+        choices=("types_and_positions", "positions"),
+        default="types_and_positions",
+        help="EM models: how a convolutional capsule layer shares a child's R: over types and "
+        "positions (the paper's text) or per type over positions (the authors' code)",
+    )
+    train.add_argument(
+        "--inverse-temperature-schedule",
+        choices=("rescaled", "authors"),
+        default="rescaled",
+        help="EM models: lambda rescaled to end at --inverse-temperature, or the authors' "
+        "0.01 (1 - 0.95^(t+1))",
+    )
+    train.add_argument(
+        "--learning-rate", type=float, default=None, help="1e-3 (capsnet-mnist), 3e-3 (EM)"
+    )
+    train.add_argument("--seed", type=int, default=None)
+    train.add_argument(
+        "--precision",
+        choices=("float32", "mixed_float16", "mixed_bfloat16"),
+        default="float32",
+        help="Keras dtype policy; routing runs in float32 inside (float32)",
+    )
+    train.add_argument(
+        "--distribute",
+        action="store_true",
+        help="data-parallel over every device: tf.distribute (TensorFlow), "
+        "keras.distribution.DataParallel (JAX); TF_CONFIG selects multi-worker",
+    )
+    train.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+    train.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start a new run in --output, deleting the run there (model, backup, history)",
+    )
+    return train
+
+
+def _build_model(args):
+    import applications
+    from keras_capsules import routing
+
+    if args.model == "capsnet-mnist":
+        return applications.CapsNetMNIST(
+            routings=args.routings,
+            conv_filters=args.conv_filters,
+            primary_capsules=args.primary_capsules,
+            learning_rate=args.learning_rate or 1e-3,
+        )
+    mnist = args.model == "matrix-capsnet-mnist"
+    return applications.MatrixCapsNetNORB(
+        A=args.A,
+        B=args.B,
+        C=args.C,
+        D=args.D,
+        iterations=args.routings,
+        input_shape=(28, 28, 1) if mnist else (32, 32, 2),
+        num_classes=10 if mnist else 5,
+        rescale=1.0 / 255.0 if mnist else None,
+        inverse_temperature=args.inverse_temperature or routing.INVERSE_TEMPERATURE,
+        variance_epsilon=args.variance_epsilon or routing.VARIANCE_EPSILON,
+        tempering=routing.TEMPERING if args.tempering is None else args.tempering,
+        normalization=args.normalization,
+        inverse_temperature_schedule=args.inverse_temperature_schedule,
+        learning_rate=args.learning_rate or 3e-3,
+    )
+
+
+def _datasets(args, batch_size):
+    """`(train_dataset, (x_test, y_test) or test_dataset, train_count, test_count)`.
+
+    A folder that cannot be read, or holds no training or test images, ends the
+    command with one line that says so.
+    """
+    try:
+        return _read_datasets(args, batch_size)
+    except ValueError as error:
+        raise SystemExit(f"keras-capsules {args.command}: {error}") from None
+
+
+def _check_not_empty(args, x_train, x_test):
+    for images, split in ((x_train, "training"), (x_test, "test")):
+        if len(images) == 0:
+            raise ValueError(f"{args.data_dir or 'the data'} holds no {split} images")
+
+
+def _read_datasets(args, batch_size):
+    if args.model == "matrix-capsnet-norb":
+        from keras_capsules.datasets import smallnorb
+
+        (x_train, y_train, _), (x_test, y_test, _) = smallnorb.load_data(args.data_dir)
+        x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
+        x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+        _check_not_empty(args, x_train, x_test)
+        train_ds = smallnorb.training_pipeline(x_train, y_train, batch_size, seed=args.seed)
+        test_ds = smallnorb.test_pipeline(x_test, y_test, batch_size)
+        return train_ds, test_ds, len(x_train), len(x_test)
+    from keras_capsules.datasets import mnist
+
+    (x_train, y_train), (x_test, y_test) = mnist.load_data(args.data_dir)
+    x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
+    x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
+    _check_not_empty(args, x_train, x_test)
+    train_ds = mnist.training_pipeline(
+        x_train, y_train, batch_size=batch_size, max_shift=args.max_shift, seed=args.seed
+    )
+    return train_ds, (x_test[..., None], y_test), len(x_train), len(x_test)
+
+
+def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initial_epoch=0):
+    from keras_capsules.callbacks import SpreadMarginSchedule
+
+    backup_dir = os.path.join(args.output, "backup")
+    if _training.usable_backup(backup_dir):
+        print(f"Resuming the interrupted run from {backup_dir}", flush=True)
+    callbacks = _training.fit_callbacks(args.output)
+    if args.model in MATRIX_MODELS:
+        steps = args.epochs * -(-train_count // batch_size)
+        callbacks.append(SpreadMarginSchedule(0.2, 0.9, steps=steps))
+    counter = _training.finite_loss_counter()
+    callbacks.append(counter)
+    start = time.time()
+    model.fit(
+        dataset,
+        epochs=args.epochs,
+        initial_epoch=initial_epoch,
+        callbacks=callbacks,
+        verbose=args.verbose,
+        shuffle=False,
+    )
+    train_seconds = time.time() - start  # the model saver saved model.keras each epoch
+
+    start = time.time()
+    if isinstance(test, tuple):
+        results = model.evaluate(*test, batch_size=batch_size, verbose=0, return_dict=True)
+    else:
+        results = model.evaluate(test, verbose=0, return_dict=True)
+    return results, train_seconds, time.time() - start, counter
+
+
+def run(args):
+    """Run `keras-capsules train` with parsed arguments; return the exit status."""
+    import keras
+
+    batch_size = args.batch_size or (100 if args.model == "capsnet-mnist" else 32)
+    os.makedirs(args.output, exist_ok=True)
+    check_writable(args.output)  # before training, not after it
+    finished = _training.previous_run(args)
+    if finished and args.epochs <= finished:
+        print(
+            f"The run in {args.output} has finished {finished} epoch(s); nothing to train. "
+            f"Pass --epochs above {finished} to continue it, or --fresh to start over."
+        )
+        return 0
+    if args.seed is not None:
+        keras.utils.set_random_seed(args.seed)
+    dataset, test, train_count, test_count = _datasets(args, batch_size)
+    write_json(os.path.join(args.output, "run.json"), {"options": _training.run_config(args)})
+    previous_policy = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_dtype_policy(args.precision)
+    scope = contextlib.nullcontext()
+    if args.distribute:
+        from keras_capsules.distribute import data_parallel
+
+        scope = data_parallel()
+    try:
+        with scope as engine:
+            replicas = 1
+            if engine is not None:
+                replicas = getattr(engine, "num_replicas_in_sync", None) or int(
+                    engine.device_mesh.devices.size
+                )
+                print(f"Data-parallel training over {replicas} device(s)", flush=True)
+            if finished:
+                print(f"Continuing the finished run from epoch {finished + 1}", flush=True)
+                model = load_model(os.path.join(args.output, "model.keras"))
+            else:
+                model = _build_model(args)
+            results, train_seconds, test_seconds, counter = _fit_and_evaluate(
+                args, model, dataset, test, train_count, batch_size, initial_epoch=finished
+            )
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous_policy)
+    metrics = {
+        "model": args.model,
+        "epochs": args.epochs,
+        "train_images": int(train_count),
+        "test_images": int(test_count),
+        "batch_size": batch_size,
+        "backend": keras.backend.backend(),
+        "precision": args.precision,
+        "replicas": replicas,
+        "train_seconds_this_session": round(train_seconds, 1),
+        "test_seconds": round(test_seconds, 1),
+        "test_accuracy": float(results["accuracy"]),
+        "test_loss": float(results["loss"]),
+        "train_steps_this_session": counter.steps,
+        "nonfinite_loss_steps": counter.nonfinite,
+    }
+    write_json(os.path.join(args.output, "metrics.json"), metrics)
+    # Only now is the backup redundant: model.keras and metrics.json are on disk.
+    shutil.rmtree(os.path.join(args.output, "backup"), ignore_errors=True)
+    if counter.nonfinite:
+        print(
+            f"Warning: {counter.nonfinite} of {counter.steps} training steps had a NaN or "
+            "infinite loss (nonfinite_loss_steps in metrics.json)",
+            flush=True,
+        )
+    print(f"Test accuracy: {metrics['test_accuracy']:.4f} ({test_count} images)")
+    print(
+        f"Model: {os.path.join(args.output, 'model.keras')}; metrics: "
+        f"{os.path.join(args.output, 'metrics.json')}"
+    )
+    return 0
