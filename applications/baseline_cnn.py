@@ -1,9 +1,9 @@
 import keras
 
+from applications._checks import check_positive_ints
+from applications._checks import image_shape
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
-from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_positive_int
 
 POOLING = (None, "max")
 
@@ -85,15 +85,14 @@ class BaselineCNN(keras.Model):
         name="baseline_cnn",
         **kwargs,
     ):
-        input_shape = check_image_shape(input_shape)
+        input_shape = image_shape(input_shape)
         policy = dtype_policy(dtype)
-        check_positive_int("num_classes", num_classes)
-        check_positive_int("kernel_size", kernel_size)
+        check_positive_ints(num_classes=num_classes, kernel_size=kernel_size)
         filters = tuple(filters)
         dense_units = tuple(dense_units)
         for arg, values in (("filters", filters), ("dense_units", dense_units)):
             for value in values:
-                check_positive_int(arg, value)
+                check_positive_ints(**{arg: value})
         if not filters:
             raise ValueError(f"`filters` must name at least one layer. Received: filters={filters}")
         if pooling not in POOLING:

@@ -2,10 +2,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from applications._checks import check_positive_ints
+from applications._checks import image_shape
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
-from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_positive_int
 from keras_capsules.distribute import scale_loss
 from keras_capsules.distribute import unscale_loss
 from keras_capsules.layers import CapsuleLayer
@@ -101,17 +101,16 @@ class CapsNetMNIST(keras.Model):
         name="capsnet_mnist",
         **kwargs,
     ):
-        input_shape = check_image_shape(input_shape)
+        input_shape = image_shape(input_shape)
         policy = dtype_policy(dtype)
-        for arg in (
-            "num_classes",
-            "conv_filters",
-            "primary_capsules",
-            "primary_capsule_dim",
-            "capsule_dim",
-            "routings",
-        ):
-            check_positive_int(arg, locals()[arg])
+        check_positive_ints(
+            num_classes=num_classes,
+            conv_filters=conv_filters,
+            primary_capsules=primary_capsules,
+            primary_capsule_dim=primary_capsule_dim,
+            capsule_dim=capsule_dim,
+            routings=routings,
+        )
         if reconstruction_weight < 0:
             raise ValueError(
                 "`reconstruction_weight` must be non-negative. "

@@ -1,11 +1,11 @@
 import keras
 from keras import ops
 
+from applications._checks import check_positive_ints
+from applications._checks import image_shape
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
 from keras_capsules import routing
-from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_positive_int
 from keras_capsules.distribute import scale_loss
 from keras_capsules.distribute import unscale_loss
 from keras_capsules.layers import ClassMatrixCapsule
@@ -110,10 +110,9 @@ class MatrixCapsNetNORB(keras.Model):
         name="matrix_capsnet_norb",
         **kwargs,
     ):
-        input_shape = check_image_shape(input_shape)
+        input_shape = image_shape(input_shape)
         policy = dtype_policy(dtype)
-        for arg in ("A", "B", "C", "D", "iterations", "num_classes"):
-            check_positive_int(arg, locals()[arg])
+        check_positive_ints(A=A, B=B, C=C, D=D, iterations=iterations, num_classes=num_classes)
         if weight_decay < 0:
             raise ValueError(f"`weight_decay` must be non-negative. Received: {weight_decay!r}")
         regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
