@@ -1,16 +1,19 @@
-"""keras-capsules: capsule networks for Keras 3."""
+"""keras-capsules: capsule networks for Keras 3.
 
-# First: it must run before TensorFlow allocates its first tensor.
-from keras_capsules import _allocator  # noqa: F401
-from keras_capsules import callbacks
-from keras_capsules import datasets
-from keras_capsules import distribute
-from keras_capsules import layers
-from keras_capsules import losses
-from keras_capsules import ops
-from keras_capsules import routing
+The submodules are imported when first used (`keras_capsules.layers`,
+`from keras_capsules import losses`), so that importing the package does not
+import Keras or TensorFlow. Loading a saved model needs its classes
+registered: import the modules they come from first (`import applications`
+registers the prebuilt models and every layer and loss they use).
+"""
+
+import importlib
+
+from keras_capsules._allocator import use_pooled_cpu_allocator
 
 __version__ = "0.1.0"
+
+_SUBMODULES = ("callbacks", "datasets", "distribute", "layers", "losses", "ops", "routing")
 
 __all__ = [
     "callbacks",
@@ -20,5 +23,17 @@ __all__ = [
     "losses",
     "ops",
     "routing",
+    "use_pooled_cpu_allocator",
     "__version__",
 ]
+
+
+def __getattr__(name):
+    """Import the submodule `name` on first use (PEP 562)."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -14,11 +14,20 @@ arguments, and `run(args)`, its work. Keras and TensorFlow are imported by
 `run` only, so that `--help` and usage errors come at once.
 """
 
+import os
+import sys
+
 __all__ = ["main"]
 
 
 def main(argv=None):
     """Run the `keras-capsules` command with the arguments `argv`.
+
+    Before the subcommand runs, the command selects TensorFlow's pooling CPU
+    allocator (`keras_capsules.use_pooled_cpu_allocator`) unless the
+    environment variable `TF_CPU_ALLOCATOR_USE_BFC` is already set
+    (`TF_CPU_ALLOCATOR_USE_BFC=false` keeps TensorFlow's default) or
+    TensorFlow was imported before `main` was called.
 
     Args:
         argv: the arguments after `keras-capsules`, as a list of strings;
@@ -41,4 +50,14 @@ def main(argv=None):
     from keras_capsules.cli._parser import build_parser
 
     args = build_parser().parse_args(argv)
+    _choose_allocator()  # before the subcommand imports TensorFlow
     return COMMANDS[args.command].run(args)
+
+
+def _choose_allocator():
+    """Pool TensorFlow's CPU memory, unless the user chose otherwise or it is too late."""
+    from keras_capsules import _allocator
+
+    if _allocator.ENVIRONMENT_VARIABLE in os.environ or "tensorflow" in sys.modules:
+        return
+    _allocator.use_pooled_cpu_allocator()
