@@ -17,11 +17,11 @@ if _ROOT not in sys.path:
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Importing keras_capsules pools TensorFlow's CPU memory (keras_capsules/_allocator.py),
-# but only if TensorFlow has not allocated yet. Set it for every measurement, so that
-# a baseline that runs TensorFlow before importing keras_capsules gets the same
-# allocator as the model it is compared with. TF_CPU_ALLOCATOR_USE_BFC=false measures
-# TensorFlow's default allocator for all of them.
+# TensorFlow's pooling CPU allocator, the one keras_capsules.use_pooled_cpu_allocator()
+# selects, for every measurement: set here, in the environment the children inherit,
+# before any of them imports TensorFlow, so that a baseline gets the same allocator as
+# the model it is compared with. TF_CPU_ALLOCATOR_USE_BFC=false measures TensorFlow's
+# default allocator for all of them.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 

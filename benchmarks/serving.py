@@ -170,6 +170,10 @@ def main(argv=None):
     )
     args = p.parse_args(argv)
 
+    from keras_capsules import use_pooled_cpu_allocator
+
+    if "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ:  # as the server, which inherits it
+        use_pooled_cpu_allocator()  # before TensorFlow: this process exports the model
     import keras
 
     import applications

@@ -2,8 +2,8 @@
 
 Importing this module (before Keras) also puts the repository root on `sys.path`, so the
 experiments run from a checkout without installing it, defaults the backend to TensorFlow
-with its C++ logs quietened, and pools TensorFlow's CPU memory as importing
-`keras_capsules` does, for a baseline that runs TensorFlow before importing it.
+with its C++ logs quietened, and pools TensorFlow's CPU memory as
+`keras_capsules.use_pooled_cpu_allocator()` does, for every model and baseline.
 """
 
 import os
