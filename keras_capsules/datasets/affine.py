@@ -46,6 +46,7 @@ Example:
 
 import numpy as np
 
+from keras_capsules._optional import require
 from keras_capsules.datasets.multimnist import _check_images
 
 CANVAS_SIZE = 40
@@ -154,7 +155,7 @@ def expand(x, seed=0, canvas_size=CANVAS_SIZE):
 
 def _place_batch(images, offsets, canvas_size):
     """TensorFlow twin of `place()`: `(b, h, w)` images and `(b, 2)` offsets."""
-    import tensorflow as tf
+    tf = require("tensorflow", "The affine-robustness tf.data pipeline")
 
     height, width = images.shape[1], images.shape[2]
     pad_rows, pad_cols = canvas_size - height, canvas_size - width
@@ -193,7 +194,7 @@ def training_pipeline(x, y, batch_size=100, canvas_size=CANVAS_SIZE, shuffle=Tru
     >>> tuple(images.shape)
     (100, 40, 40, 1)
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "datasets.affine.training_pipeline")
 
     x = _check_images(x)
     canvas_size = _check_canvas(canvas_size, x)

@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from keras_capsules._optional import require
 from keras_capsules.datasets import _files
 from keras_capsules.datasets import idx
 
@@ -52,7 +53,7 @@ def _read_verified(filename, expected_sha256):
 
 
 def _load_tfds():
-    import tensorflow_datasets as tfds
+    tfds = require("tensorflow_datasets", "mnist.load_data without the MNIST files")
 
     splits = []
     for split in ("train", "test"):
@@ -134,7 +135,7 @@ def random_shift(images, max_shift=2, seed=None):
     Returns:
         The shifted images, same shape and dtype.
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "datasets.mnist.random_shift")
 
     if max_shift == 0:
         return images
@@ -174,7 +175,7 @@ def training_pipeline(x, y, batch_size=100, max_shift=2, shuffle=True, seed=None
     >>> dataset = mnist.training_pipeline(x[:1000], y[:1000], batch_size=100)
     >>> # model.fit(dataset, epochs=1)
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "datasets.mnist.training_pipeline")
 
     if max_shift < 0:
         raise ValueError(f"`max_shift` must be non-negative. Received: max_shift={max_shift!r}")

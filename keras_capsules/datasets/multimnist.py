@@ -36,6 +36,8 @@ Example:
 
 import numpy as np
 
+from keras_capsules._optional import require
+
 MAX_SHIFT = 4
 """Largest shift of a digit in pixels, in each direction (the paper's 4)."""
 
@@ -107,7 +109,7 @@ def _pass_draws(pass_index, seed, labels, order, starts, counts):
     `indices[r, 0]` (a permutation of the digits) with top digit
     `indices[r, 1]` of another class; `shifts[r, d]` is `(dy, dx)` of digit `d`.
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "The MultiMNIST tf.data pipeline")
 
     n = tf.shape(labels, out_type=tf.int64)[0]
     p = tf.cast(pass_index, tf.int64)
@@ -133,7 +135,7 @@ def _pass_draws(pass_index, seed, labels, order, starts, counts):
 
 
 def _tables(y):
-    import tensorflow as tf
+    tf = require("tensorflow", "The MultiMNIST tf.data pipeline")
 
     order, starts, counts = _class_table(y)
     return tuple(tf.constant(a, tf.int64) for a in (y, order, starts, counts))
@@ -307,7 +309,7 @@ def test_set(x_test, y_test, pairs_per_digit=1, seed=1, rule="sum", num_classes=
 
 def _shift_batch(images, shifts):
     """TensorFlow twin of `shift()`: `(b, 28, 28)` images and `(b, 2)` shifts."""
-    import tensorflow as tf
+    tf = require("tensorflow", "The MultiMNIST tf.data pipeline")
 
     height, width = images.shape[1], images.shape[2]
     pad = 2 * MAX_SHIFT
@@ -367,7 +369,7 @@ def training_pipeline(
     >>> tuple(images.shape), tuple(targets.shape)
     ((128, 36, 36, 1), (128, 10))
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "datasets.multimnist.training_pipeline")
 
     x = _check_images(x)
     num_classes = _check_int("num_classes", num_classes, 2)

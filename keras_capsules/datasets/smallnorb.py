@@ -23,6 +23,7 @@ import os
 
 import numpy as np
 
+from keras_capsules._optional import require
 from keras_capsules.datasets import _files
 from keras_capsules.datasets import _norb_format
 from keras_capsules.datasets._norb_format import MAGIC
@@ -94,7 +95,7 @@ def _load_split(files):
 
 
 def _load_tfds():
-    import tensorflow_datasets as tfds
+    tfds = require("tensorflow_datasets", "smallnorb.load_data without a path")
 
     splits = []
     for split in ("train", "test"):
@@ -184,7 +185,7 @@ def load_data(path=None):
 
 def _preprocess_batch(images):
     """TensorFlow: `(b, h, w, c)` images to float32 `(b, h/2, w/2, c)`, standardized per image."""
-    import tensorflow as tf
+    tf = require("tensorflow", "The smallNORB tf.data pipeline")
 
     images = tf.cast(images, tf.float32)
     images = tf.nn.avg_pool2d(images, ksize=2, strides=2, padding="VALID")
@@ -263,7 +264,7 @@ def _batches(x, y, raw, batch_size, shuffle, seed):
     arrays are neither copied into TensorFlow (which would double their
     memory) nor into a shuffle buffer.
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "The smallNORB tf.data pipeline")
 
     def take(index):
         return x[index], y[index]
@@ -345,7 +346,7 @@ def training_pipeline(
     >>> test = smallnorb.test_pipeline(x, y, batch_size=32)  # centre crops
     >>> # model.fit(train, validation_data=test, epochs=10)
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "datasets.smallnorb.training_pipeline")
 
     x, y, raw = _as_images(x, y, crop, batch_size)
     brightness = float(brightness or 0)
@@ -407,7 +408,7 @@ def test_pipeline(x, y, batch_size=32, crop=32):
     Raises:
         ValueError: the arguments are inconsistent (the message says how).
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "datasets.smallnorb.test_pipeline")
 
     x, y, raw = _as_images(x, y, crop, batch_size)
     batches = _batches(x, y, raw, batch_size, False, None)

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 
 from keras_capsules._atomic import replacing
+from keras_capsules._optional import require
 
 SERVING_SIGNATURE = "serving_default"
 OUT_OF_RANGE = (
@@ -185,7 +186,7 @@ def export_saved_model(
             f"{keras.backend.backend()!r}). A .keras file saved on any backend loads there: "
             "run `KERAS_BACKEND=tensorflow keras-capsules export MODEL.keras OUTPUT_DIR`."
         )
-    import tensorflow as tf
+    tf = require("tensorflow", "serving.export.export_saved_model")
 
     if version is None:
         version = next_version(output_dir)

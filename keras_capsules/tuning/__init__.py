@@ -7,11 +7,15 @@ interrupted chief in keras-tuner's distributed mode. `best_trials_table`
 formats the best trials. See the tuning guide (docs/tuning.md).
 """
 
-from keras_capsules.tuning.capsnet_hyper_model import CapsNetHyperModel
-from keras_capsules.tuning.matrix_capsnet_hyper_model import MatrixCapsNetHyperModel
-from keras_capsules.tuning.tuners import TUNERS
-from keras_capsules.tuning.tuners import best_trials_table
-from keras_capsules.tuning.tuners import create_tuner
+from keras_capsules._optional import require
+
+require("keras_tuner", "keras_capsules.tuning")  # a clear error when keras-tuner is missing
+
+from keras_capsules.tuning.capsnet_hyper_model import CapsNetHyperModel  # noqa: E402
+from keras_capsules.tuning.matrix_capsnet_hyper_model import MatrixCapsNetHyperModel  # noqa: E402
+from keras_capsules.tuning.tuners import TUNERS  # noqa: E402
+from keras_capsules.tuning.tuners import best_trials_table  # noqa: E402
+from keras_capsules.tuning.tuners import create_tuner  # noqa: E402
 
 __all__ = [
     "CapsNetHyperModel",

@@ -1,0 +1,26 @@
+"""Optional dependencies: import one, or fail with the extra that installs it."""
+
+import importlib
+
+# What each optional module is installed with: `pip install "keras-capsules[EXTRA]"`.
+_EXTRAS = {
+    "tensorflow": "tensorflow-cpu",
+    "tensorflow_datasets": "datasets",
+    "keras_tuner": "tune",
+    "kserve": "serve",
+    "gradio": "explore",
+}
+
+
+def require(module, feature):
+    """Import and return `module`, or raise an `ImportError` naming `feature` and its extra."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] != module.split(".")[0]:
+            raise  # the module is there but one of its own imports failed
+        extra = _EXTRAS[module.split(".")[0]]
+        raise ImportError(
+            f"{feature} needs {module.split('.')[0]}, which is not installed: "
+            f'pip install "keras-capsules[{extra}]"'
+        ) from error
