@@ -6,6 +6,7 @@ from applications._checks import check_positive_ints
 from applications._checks import image_shape
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
+from applications._predictions import CapsulePredictions
 from keras_capsules.distribute import scale_loss
 from keras_capsules.distribute import unscale_loss
 from keras_capsules.layers import CapsuleLayer
@@ -18,7 +19,7 @@ from keras_capsules.losses import ReconstructionLoss
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsNetMNIST(keras.Model):
+class CapsNetMNIST(CapsulePredictions, keras.Model):
     """The CapsNet of Sabour et al. 2017 for MNIST, ready to `fit`.
 
     Conv1 (256 filters 9x9, ReLU) -> PrimaryCaps (32 types x 8D, 9x9 stride 2)
@@ -31,8 +32,8 @@ class CapsNetMNIST(keras.Model):
     `(28, 28)` or `(28, 28, 1)`), and rescales them to [0, 1] itself.
 
     Its outputs are a dict: `"probabilities"` (capsule lengths, one per class)
-    and `"poses"` (the class capsules). `predict` returns the probabilities
-    unless asked for `outputs="poses"` or `outputs="all"`. The loss is the
+    and `"poses"` (the class capsules). `predict` returns the probabilities,
+    `predict_poses` the class capsules and `predict_outputs` both. The loss is the
     margin loss plus the scaled reconstruction loss, with the decoder fed the
     capsule of the true label (integer or one-hot `y`), as in the paper;
     `fit(x, y)` needs no `loss` argument. `reconstruct()` and `decode()` give
@@ -239,45 +240,17 @@ class CapsNetMNIST(keras.Model):
 
     # Inference --------------------------------------------------------------
 
-    def predict(
-        self,
-        x,
-        batch_size=None,
-        verbose="auto",
-        steps=None,
-        callbacks=None,
-        outputs="probabilities",
-    ):
-        """Generate predictions, like `keras.Model.predict`.
-
-        Args:
-            x: as in `keras.Model.predict`.
-            batch_size: as in `keras.Model.predict`.
-            verbose: as in `keras.Model.predict`.
-            steps: as in `keras.Model.predict`.
-            callbacks: as in `keras.Model.predict`.
-            outputs: `"probabilities"` (default) for the class capsule lengths,
-                `"poses"` for the class capsules `(n, num_classes, capsule_dim)`,
-                or `"all"` for the dict of both.
-        """
-        if outputs not in ("probabilities", "poses", "all"):
-            raise ValueError(
-                '`outputs` must be "probabilities", "poses" or "all". '
-                f"Received: outputs={outputs!r}"
-            )
+    def _prediction_inputs(self, x):
         if isinstance(x, np.ndarray) and x.ndim == 3 and self.image_shape[-1] == 1:
             x = x[..., None]  # (n, 28, 28) as load_data gives it: one trace for both ranks
-        result = super().predict(
-            x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks
-        )
-        return result if outputs == "all" else result[outputs]
+        return x
 
     def decode(self, poses, labels=None):
         """Reconstruct images from class capsules.
 
         Args:
             poses: class capsules `(batch, num_classes, capsule_dim)`, e.g. from
-                `predict(x, outputs="poses")`, possibly perturbed.
+                `predict_poses(x)`, possibly perturbed.
             labels: the capsules to decode from (class indices or one-hot);
                 `None` decodes from the longest capsule of each example.
 
@@ -290,8 +263,8 @@ class CapsNetMNIST(keras.Model):
         return ops.convert_to_numpy(self.decoder(self.mask(poses, labels=labels)))
 
     def reconstruct(self, x, labels=None, batch_size=100):
-        """Reconstruct images through the capsules: `decode(predict(x, outputs="poses"))`."""
-        poses = self.predict(x, batch_size=batch_size, verbose=0, outputs="poses")
+        """Reconstruct images through the capsules: `decode(predict_poses(x))`."""
+        poses = self.predict_poses(x, batch_size=batch_size, verbose=0)
         return self.decode(poses, labels=labels)
 
     # Serialization ----------------------------------------------------------

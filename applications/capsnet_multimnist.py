@@ -235,7 +235,7 @@ class CapsNetMultiMNIST(CapsNetMNIST):
             A NumPy array `(n, 2) + input_shape` in [0, 1]: `[:, d]` is decoded
             from capsule `labels[:, d]` with every other capsule masked.
         """
-        outputs = self.predict(x, batch_size=batch_size, verbose=0, outputs="all")
+        outputs = self.predict_outputs(x, batch_size=batch_size, verbose=0)
         if labels is None:
             labels = _top_two(outputs["probabilities"])
         labels = np.asarray(labels)

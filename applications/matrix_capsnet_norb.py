@@ -5,6 +5,7 @@ from applications._checks import check_positive_ints
 from applications._checks import image_shape
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
+from applications._predictions import CapsulePredictions
 from keras_capsules import routing
 from keras_capsules.distribute import scale_loss
 from keras_capsules.distribute import unscale_loss
@@ -15,7 +16,7 @@ from keras_capsules.losses import SpreadLoss
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNetNORB(keras.Model):
+class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
     """The matrix capsule network of Hinton, Sabour, Frosst 2018 for smallNORB, ready to `fit`.
 
     ReLU Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types, 1x1) ->
@@ -35,7 +36,9 @@ class MatrixCapsNetNORB(keras.Model):
 
     Outputs are a dict: `"activations"` (class capsule activations in (0, 1),
     what the model predicts with) and `"poses"` (`(batch, num_classes, 16)`,
-    flattened 4x4 matrices). The loss is the spread loss of the activations,
+    flattened 4x4 matrices); `predict` returns the activations,
+    `predict_poses` the poses and `predict_outputs` both. The loss is the
+    spread loss of the activations,
     with a margin held by the model's `spread_margin` variable, which
     `keras_capsules.callbacks.SpreadMarginSchedule` raises from 0.2 to 0.9;
     `fit(x, y)` needs no `loss` argument. Weight decay (2e-7, as the paper) is
@@ -84,6 +87,8 @@ class MatrixCapsNetNORB(keras.Model):
     Reference:
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
     """
+
+    SCORES = "activations"
 
     def __init__(
         self,
@@ -232,26 +237,6 @@ class MatrixCapsNetNORB(keras.Model):
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         return super().compute_metrics(x, y, y_pred["activations"], sample_weight)
-
-    def predict(
-        self, x, batch_size=None, verbose="auto", steps=None, callbacks=None, outputs="activations"
-    ):
-        """Generate predictions, like `keras.Model.predict`.
-
-        Args:
-            x, batch_size, verbose, steps, callbacks: as in `keras.Model.predict`.
-            outputs: `"activations"` (default) for the class activations,
-                `"poses"` for the class poses `(n, num_classes, 16)`, or
-                `"all"` for the dict of both.
-        """
-        if outputs not in ("activations", "poses", "all"):
-            raise ValueError(
-                f'`outputs` must be "activations", "poses" or "all". Received: outputs={outputs!r}'
-            )
-        result = super().predict(
-            x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks
-        )
-        return result if outputs == "all" else result[outputs]
 
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable, **self._config}

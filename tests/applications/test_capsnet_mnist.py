@@ -30,16 +30,26 @@ def test_outputs_predict_and_reconstructions():
     x = np.random.default_rng(0).integers(0, 256, size=(5, 28, 28)).astype("uint8")
     probabilities = model.predict(x, verbose=0)
     assert probabilities.shape == (5, 10) and np.all((probabilities >= 0) & (probabilities < 1))
-    poses = model.predict(x, verbose=0, outputs="poses")
+    poses = model.predict_poses(x, verbose=0)
     assert poses.shape == (5, 10, 8)
     np.testing.assert_allclose(np.linalg.norm(poses, axis=-1), probabilities, atol=1e-3)
-    both = model.predict(x[..., None], verbose=0, outputs="all")
+    both = model.predict_outputs(x[..., None], verbose=0)
     np.testing.assert_allclose(both["probabilities"], probabilities, atol=1e-6)
+    np.testing.assert_allclose(both["poses"], poses, atol=1e-6)
     assert model.reconstruct(x).shape == (5, 28, 28, 1)
     one = model.decode(poses, labels=np.full(5, 3))
     assert not np.allclose(one, model.decode(poses, labels=np.full(5, 4)))
-    with pytest.raises(ValueError, match="outputs"):
+    # The outputs= argument of earlier versions still works, with a deprecation warning.
+    with pytest.warns(DeprecationWarning, match="predict_poses"):
+        old_poses = model.predict(x, verbose=0, outputs="poses")
+    np.testing.assert_allclose(old_poses, poses, atol=1e-6)
+    with pytest.warns(DeprecationWarning):
+        old_both = model.predict(x, verbose=0, outputs="all")
+    np.testing.assert_allclose(old_both["probabilities"], probabilities, atol=1e-6)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="outputs"):
         model.predict(x, outputs="logits")
+    with pytest.raises(TypeError, match="outputz"):
+        model.predict(x, outputz="poses")
 
 
 def test_loss_is_margin_plus_reconstruction_of_the_true_capsule():

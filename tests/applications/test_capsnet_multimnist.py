@@ -141,7 +141,7 @@ def test_fit_on_the_streaming_pipeline_lowers_the_loss_and_keras_round_trip(
 def test_predict_digits_and_reconstruct_pair(pairs):
     model = applications.CapsNetMultiMNIST(**SMALL)
     images, labels = pairs["images"][:6], pairs["labels"][:6]
-    outputs = model.predict(images, verbose=0, outputs="all")
+    outputs = model.predict_outputs(images, verbose=0)
     probabilities, poses = outputs["probabilities"], outputs["poses"]
     digits = model.predict_digits(images)
     np.testing.assert_array_equal(digits, np.argsort(-probabilities, axis=1)[:, :2])

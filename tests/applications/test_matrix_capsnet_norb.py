@@ -104,8 +104,11 @@ def test_fit_predict_and_outputs():
     assert all(np.isfinite(history.history["loss"]))
     acts = model.predict(x, verbose=0)
     assert acts.shape == (16, 3) and np.all((acts > 0) & (acts < 1))
-    assert model.predict(x, verbose=0, outputs="poses").shape == (16, 3, 16)
-    with pytest.raises(ValueError, match="outputs"):
+    assert model.predict_poses(x, verbose=0).shape == (16, 3, 16)
+    np.testing.assert_allclose(model.predict_outputs(x, verbose=0)["activations"], acts, atol=1e-6)
+    with pytest.warns(DeprecationWarning):
+        assert model.predict(x, verbose=0, outputs="poses").shape == (16, 3, 16)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="outputs"):
         model.predict(x, outputs="logits")
 
 

@@ -64,7 +64,7 @@ def test_serving_default_reproduces_the_keras_model(capsnet_export):
 
     model, path, x = capsnet_export
     served = signatures(path)["serving_default"](images=tf.constant(x))
-    expected = model.predict(x, outputs="all", verbose=0)
+    expected = model.predict_outputs(x, verbose=0)
     assert set(served) == {"probabilities", "classes", "poses"}
     np.testing.assert_allclose(served["probabilities"], expected["probabilities"], atol=1e-5)
     np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
@@ -198,7 +198,7 @@ def test_matrix_capsnet_norb_contract(tmp_path):
     found = signatures(export_saved_model(model, str(tmp_path / "norb"), verbose=False))
     assert set(found) == {"serving_default"}  # no decoder, no reconstruction signature
     served = found["serving_default"](images=tf.constant(x))
-    expected = model.predict(x, outputs="all", verbose=0)
+    expected = model.predict_outputs(x, verbose=0)
     np.testing.assert_allclose(served["probabilities"], expected["activations"], atol=1e-5)
     np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"\(batch, 20, 20, 2\)"):

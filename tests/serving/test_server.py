@@ -97,7 +97,7 @@ def test_predictions_for_real_mnist_match_the_keras_model(served):
     assert status == 200, body
     predictions = body["predictions"]
     assert len(predictions) == 20 and set(predictions[0]) == {"probabilities", "classes", "poses"}
-    expected = model.predict(x[:20], outputs="all", verbose=0)
+    expected = model.predict_outputs(x[:20], verbose=0)
     probabilities = np.array([p["probabilities"] for p in predictions])
     np.testing.assert_allclose(probabilities, expected["probabilities"], atol=1e-5)
     np.testing.assert_allclose(

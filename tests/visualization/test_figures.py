@@ -64,7 +64,7 @@ def test_reconstruction_grid_draws_inputs_over_reconstructions(model, digits, tm
     expected = model.reconstruct(x)[..., 0]
     np.testing.assert_allclose(np.stack(drawn[4:]), expected, atol=1e-5)  # bottom row
     figure = reconstruction_grid(model, x[..., None], labels=y)
-    poses = model.predict(x, verbose=0, outputs="poses")
+    poses = model.predict_poses(x, verbose=0)
     np.testing.assert_allclose(
         np.stack(images_of(figure)[4:]), model.decode(poses, labels=y)[..., 0], atol=1e-5
     )
@@ -94,7 +94,7 @@ def test_perturbations_tweak_the_chosen_capsule_and_dims(model, digits):
     x, _ = digits
     images, label = perturbations(model, x[1], dims=[0, 15], steps=[-0.1, 0.0, 0.1], label=3)
     assert label == 3 and images.shape == (2, 3, 28, 28, 1)
-    poses = model.predict(x[1:2], verbose=0, outputs="poses")
+    poses = model.predict_poses(x[1:2], verbose=0)
     tweaked = poses.copy()
     tweaked[0, 3, 15] += 0.1
     np.testing.assert_allclose(images[1, 2], model.decode(tweaked, labels=[3])[0], atol=1e-5)
@@ -110,7 +110,7 @@ def test_multimnist_reconstructions_colour_each_digit(mnist_data, tmp_path):
     check_png(tmp_path / "mm.png", figure, (120, 180))
     composite = np.stack(images_of(figure)[3:])
     assert composite.shape == (3, 36, 36, 3)
-    poses = model.predict(x, verbose=0, outputs="poses")
+    poses = model.predict_poses(x, verbose=0)
     background = 0.3 * x / 255.0
     for channel in range(2):
         decoded = model.decode(poses, labels=labels[:, channel])[..., 0]
