@@ -36,7 +36,7 @@ def use_pooled_cpu_allocator(enabled=True):
     fragmentation costs: measured here, peak memory fell by up to 5% for
     CapsNetMNIST and grew by 1-32% for the EM models (most for the
     32/32/32/32 model at batch 64). The memory is returned to the system when
-    the process ends. `docs/scaling.md` ("CPU memory allocator") has the
+    the process ends. `docs/results.md` ("CPU memory allocator") has the
     measurements.
 
     Args:
