@@ -9,121 +9,9 @@ from keras_capsules.routing._em_route import em_route
 from keras_capsules.routing._positions import convolution_sites
 from keras_capsules.routing._positions import normalize_over_outputs
 from keras_capsules.routing._positions import normalize_over_positions
+from tests import _references as ref
 from tests.conftest import BACKEND
 from tests.conftest import gradient
-
-
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def rescaled_lambdas(iterations, final):
-    """The library's schedule: the authors' growth, rescaled to end at `final`."""
-    return [final * (1 - 0.95 ** (t + 1)) / (1 - 0.95**iterations) for t in range(iterations)]
-
-
-def numpy_em_edges(
-    votes,
-    child_of,
-    parent_of,
-    child_act,
-    beta_v,
-    beta_a,
-    parent_type,
-    lambdas,
-    var_eps,
-    tempering=None,
-    per_type=False,
-):
-    """EM routing on an explicit list of edges, in float64 with direct squares.
-
-    votes: (E, 16); child_of / parent_of: (E,) ids; child_act: per child id;
-    beta_v / beta_a indexed by parent type; parent_type: per parent id;
-    lambdas: the inverse temperature of each iteration; tempering: the
-    exponent of each E-step, R ∝ (a p) ** tau (default 1, Procedure 1).
-    Procedure 1 splits each child over all its parents, R = 1 / |parents|
-    first; `per_type` splits it per parent type over the parents of that
-    type instead, R = 1 / |types| first (the authors' `update_conv_routing`).
-    Returns per-parent means, activations and the last R per edge.
-    """
-    votes = votes.astype("float64")
-    num_parents = parent_type.shape[0]
-    num_children = child_act.shape[0]
-    iterations = len(lambdas)
-    tempering = [1.0] * (iterations - 1) if tempering is None else tempering
-    edge_type = parent_type[parent_of]
-    num_types = parent_type.max() + 1
-    # The edges each child's R is normalised over.
-    if per_type:
-        groups = [
-            np.flatnonzero((child_of == c) & (edge_type == k))
-            for c in range(num_children)
-            for k in range(num_types)
-        ]
-    else:
-        groups = [np.flatnonzero(child_of == c) for c in range(num_children)]
-    r = np.zeros(len(votes))
-    for mine in groups:
-        r[mine] = 1.0 / num_types if per_type else 1.0 / max(len(mine), 1)
-    last_r = None
-    for t, lam in enumerate(lambdas):
-        mu = np.zeros((num_parents, 16))
-        var = np.zeros((num_parents, 16))
-        act = np.zeros(num_parents)
-        for j in range(num_parents):
-            e = parent_of == j
-            w = r[e] * child_act[child_of[e]]
-            total = w.sum()
-            mu[j] = (w[:, None] * votes[e]).sum(0) / (total + EM_EPSILON)
-            var[j] = (w[:, None] * (votes[e] - mu[j]) ** 2).sum(0) / (total + EM_EPSILON)
-            var[j] += var_eps
-            k = parent_type[j]
-            cost = (16 * beta_v[k] + np.log(np.sqrt(var[j])).sum()) * total
-            act[j] = sigmoid(lam * (beta_a[k] - cost))
-        if t == iterations - 1:
-            return mu, act, last_r
-        log_p = np.array(
-            [
-                np.sum(
-                    -((votes[e] - mu[parent_of[e]]) ** 2) / (2 * var[parent_of[e]])
-                    - 0.5 * np.log(2 * np.pi * var[parent_of[e]])
-                )
-                for e in range(len(votes))
-            ]
-        )
-        logits = tempering[t] * (np.log(act[parent_of]) + log_p)
-        for mine in groups:
-            if len(mine):
-                z = np.exp(logits[mine] - logits[mine].max())
-                r[mine] = z / z.sum()
-        last_r = r.copy()
-
-
-def reference_fully_connected(
-    votes, activations, beta_v, beta_a, iterations, lam, eps, tempering=None, lambdas=None
-):
-    batch, num_in, num_out, _ = votes.shape
-    child_of, parent_of = np.divmod(np.arange(num_in * num_out), num_out)
-    poses, acts, resp = [], [], []
-    for n in range(batch):
-        mu, act, r = numpy_em_edges(
-            votes[n].reshape(-1, 16),
-            child_of,
-            parent_of,
-            activations[n].astype("float64"),
-            beta_v,
-            beta_a,
-            np.arange(num_out),
-            rescaled_lambdas(iterations, lam) if lambdas is None else lambdas,
-            eps,
-            tempering,
-        )
-        poses.append(mu)
-        acts.append(act)
-        resp.append(
-            np.full((num_in, num_out), 1 / num_out) if r is None else r.reshape(num_in, num_out)
-        )
-    return np.stack(poses), np.stack(acts), np.stack(resp)
 
 
 def _routing_problem(seed, batch, num_in, num_out):
@@ -136,6 +24,10 @@ def _routing_problem(seed, batch, num_in, num_out):
     return votes, activations, beta_v, beta_a
 
 
+def test_the_reference_floors_the_denominators_as_the_library():
+    assert ref.EM_EPSILON == EM_EPSILON
+
+
 @pytest.mark.parametrize("iterations", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("shape", [(2, 12, 3), (1, 40, 5), (2, 7, 1)])
 @pytest.mark.parametrize("tempering", [1.0, 0.1])
@@ -143,7 +35,7 @@ def test_matches_numpy_procedure(shape, iterations, tempering):
     """Procedure 1 as the paper writes it (tempering 1) and with the tempered E-step."""
     votes, activations, beta_v, beta_a = _routing_problem(iterations, *shape)
     # A large final lambda makes the activations depend strongly on the costs.
-    expected = reference_fully_connected(
+    expected = ref.em_routing_fully_connected(
         votes, activations, beta_v, beta_a, iterations, 0.1, 1e-4, [tempering] * (iterations - 1)
     )
     got = em_routing(
@@ -165,7 +57,7 @@ def test_tempering_per_e_step_and_the_authors_schedule():
     votes, activations, beta_v, beta_a = _routing_problem(7, 2, 20, 4)
     # The authors' schedule, 0.2 (1 - 0.95 ** (t + 1)), written out.
     lambdas = [0.2 * 0.05, 0.2 * (1 - 0.95**2), 0.2 * (1 - 0.95**3)]
-    expected = reference_fully_connected(
+    expected = ref.em_routing_fully_connected(
         votes, activations, beta_v, beta_a, 3, None, 1e-4, [0.05, 0.5], lambdas=lambdas
     )
     got = em_routing(
@@ -327,7 +219,7 @@ def test_shifted_votes_move_the_poses_and_keep_the_activations(offset):
     votes, activations, beta_v, beta_a = _routing_problem(11, 2, 24, 4)
     shifted = (votes + offset).astype("float32")
     poses, acts = em_routing(shifted, activations, beta_v, beta_a, 3, inverse_temperature=0.1)
-    ref_poses, ref_acts, _ = reference_fully_connected(
+    ref_poses, ref_acts, _ = ref.em_routing_fully_connected(
         shifted, activations, beta_v, beta_a, 3, 0.1, 1e-4, [0.1, 0.1]
     )
     # float32 holds votes near 1e4 to about 5e-4, which bounds what any float32
@@ -352,16 +244,8 @@ def test_convolution_sites_lists_every_reader_of_every_child():
     children, parents_of, counts, (out_h, out_w) = convolution_sites(7, 6, 3, 2)
     assert (out_h, out_w) == (3, 2)
     # Brute force: patch entry (oy, ox, ky, kx) reads child (2 oy + ky, 2 ox + kx).
-    readers = {}
-    entry = 0
-    for oy in range(3):
-        for ox in range(2):
-            for ky in range(3):
-                for kx in range(3):
-                    child = (2 * oy + ky) * 6 + 2 * ox + kx
-                    assert children[entry] == child
-                    readers.setdefault(child, []).append(entry)
-                    entry += 1
+    expected_children, readers = ref.convolution_readers(7, 6, 3, 2)
+    assert list(children) == expected_children
     for child in range(42):
         listed = sorted(p for p in parents_of[child] if p < len(children))
         assert listed == readers.get(child, [])

@@ -4,31 +4,9 @@ from keras import ops
 
 from keras_capsules.routing import dynamic_routing
 from keras_capsules.routing._dynamic import route_by_agreement
+from tests._references import dynamic_routing as numpy_procedure_1  # test_figures.py's too
 from tests.conftest import BACKEND
 from tests.conftest import gradient
-
-
-def numpy_procedure_1(votes, routings):
-    """Procedure 1 of Sabour et al. 2017, written out loop by loop."""
-    batch, num_inputs, num_outputs, _ = votes.shape
-    votes = votes.astype("float64")
-    outputs = np.zeros((batch, num_outputs, votes.shape[-1]))
-    coupling = np.zeros((batch, num_inputs, num_outputs))
-    for n in range(batch):
-        b = np.zeros((num_inputs, num_outputs))
-        for r in range(routings):
-            for i in range(num_inputs):  # softmax over the parents j of child i
-                e = np.exp(b[i] - b[i].max())
-                coupling[n, i] = e / e.sum()
-            for j in range(num_outputs):
-                s = sum(coupling[n, i, j] * votes[n, i, j] for i in range(num_inputs))
-                norm2 = float(s @ s)
-                outputs[n, j] = norm2 / (1 + norm2) * s / np.sqrt(norm2) if norm2 > 0 else 0
-            if r < routings - 1:
-                for i in range(num_inputs):
-                    for j in range(num_outputs):
-                        b[i, j] += votes[n, i, j] @ outputs[n, j]
-    return outputs, coupling
 
 
 @pytest.mark.parametrize("routings", [1, 2, 3, 4, 5])

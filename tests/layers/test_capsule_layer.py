@@ -4,8 +4,8 @@ import pytest
 from keras import ops
 
 from keras_capsules.layers import CapsuleLayer
+from tests import _references as ref
 from tests.conftest import gradient
-from tests.test_routing import numpy_procedure_1
 
 
 def test_output_shape_and_config_round_trip():
@@ -25,10 +25,8 @@ def test_values_match_numpy_votes_and_procedure_1():
     u = np.random.default_rng(0).normal(size=(2, 7, 5)).astype("float32")
     layer.build(u.shape)
     kernel = ops.convert_to_numpy(layer.kernel).reshape(7, 5, 4, 6)  # W[i] maps u_i to all j
-    votes = np.stack(
-        [[[u[n, i] @ kernel[i, :, j] for j in range(4)] for i in range(7)] for n in range(2)]
-    )
-    expected, coupling = numpy_procedure_1(votes, 3)
+    votes = ref.capsule_votes(u, kernel)
+    expected, coupling = ref.dynamic_routing(votes, 3)
     np.testing.assert_allclose(ops.convert_to_numpy(layer.votes(u)), votes, rtol=1e-5, atol=1e-5)
     outputs, c = layer(u, return_coupling=True)
     np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, rtol=1e-4, atol=1e-5)

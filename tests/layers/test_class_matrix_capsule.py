@@ -4,34 +4,24 @@ import pytest
 from keras import ops
 
 from keras_capsules.layers import ClassMatrixCapsule
+from tests import _references as ref
 from tests.conftest import gradient
-from tests.layers.test_matrix_capsule import lambdas_of
-from tests.layers.test_matrix_capsule import tempering_of
-from tests.test_em_routing import reference_fully_connected
 
 
 def reference(layer, poses, activations):
     """Votes M @ W[type, class] plus the scaled cell centre, routed by the NumPy procedure."""
-    kernel = ops.convert_to_numpy(layer.kernel).astype("float64")
-    batch, height, width, types, _ = poses.shape
-    m = poses.reshape(batch, height, width, types, 4, 4).astype("float64")
-    votes = np.einsum("byxikl,ijlm->byxijkm", m, kernel)
-    if layer.coordinate_addition:
-        for y in range(height):
-            for x in range(width):
-                votes[:, y, x, :, :, 0, 3] += (y + 0.5) / height
-                votes[:, y, x, :, :, 1, 3] += (x + 0.5) / width
-    votes = votes.reshape(batch, height * width * types, layer.num_classes, 16)
-    return reference_fully_connected(
-        votes,
-        activations.reshape(batch, -1),
+    return ref.class_capsules(
+        poses,
+        activations,
+        ops.convert_to_numpy(layer.kernel),
         ops.convert_to_numpy(layer.beta_v),
         ops.convert_to_numpy(layer.beta_a),
-        layer.iterations,
-        layer.inverse_temperature,
+        ref.inverse_temperatures(
+            layer.iterations, layer.inverse_temperature, layer.inverse_temperature_schedule
+        ),
         layer.variance_epsilon,
-        tempering_of(layer),
-        lambdas=lambdas_of(layer),
+        ref.tempering_schedule(layer.tempering, layer.iterations),
+        coordinate_addition=layer.coordinate_addition,
     )
 
 

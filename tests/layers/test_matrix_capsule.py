@@ -4,71 +4,27 @@ import pytest
 from keras import ops
 
 from keras_capsules.layers import MatrixCapsule
+from tests import _references as ref
 from tests.conftest import gradient
-from tests.test_em_routing import numpy_em_edges
-from tests.test_em_routing import rescaled_lambdas
-
-
-def lambdas_of(layer):
-    """The layer's inverse temperatures, from the papers' formulas."""
-    n, final = layer.iterations, layer.inverse_temperature
-    if layer.inverse_temperature_schedule == "authors":
-        return [final * (1 - 0.95 ** (t + 1)) for t in range(n)]
-    return rescaled_lambdas(n, final)
-
-
-def tempering_of(layer):
-    tau = layer.tempering
-    return list(tau) if isinstance(tau, list) else [tau] * (layer.iterations - 1)
 
 
 def brute_force(layer, poses, activations):
-    """The conv layer's EM routing, every (child, parent) edge enumerated by position."""
-    kernel = ops.convert_to_numpy(layer.kernel).astype("float64")
-    beta_v = ops.convert_to_numpy(layer.beta_v)
-    beta_a = ops.convert_to_numpy(layer.beta_a)
-    batch, height, width, types, _ = poses.shape
-    k, s, c_out = layer.kernel_size, layer.strides, layer.capsule_types
-    out_h, out_w = (height - k) // s + 1, (width - k) // s + 1
-    edges = []  # (oy, ox, ky, kx, i, j)
-    for oy in range(out_h):
-        for ox in range(out_w):
-            for ky in range(k):
-                for kx in range(k):
-                    for i in range(types):
-                        for j in range(c_out):
-                            edges.append((oy, ox, ky, kx, i, j))
-    edges = np.array(edges)
-    oy, ox, ky, kx, i, j = edges.T
-    cy, cx = oy * s + ky, ox * s + kx
-    child_of = (cy * width + cx) * types + i
-    parent_of = (oy * out_w + ox) * c_out + j
-    parent_type = np.tile(np.arange(c_out), out_h * out_w)
-    w = kernel[(ky * k + kx) * types + i, j]  # (E, 4, 4)
-    results = []
-    for n in range(batch):
-        m = poses[n, cy, cx, i].reshape(-1, 4, 4).astype("float64")
-        votes = np.einsum("ekl,elm->ekm", m, w).reshape(-1, 16)
-        mu, act, r = numpy_em_edges(
-            votes,
-            child_of,
-            parent_of,
-            activations[n].reshape(-1).astype("float64"),
-            beta_v,
-            beta_a,
-            parent_type,
-            lambdas_of(layer),
-            layer.variance_epsilon,
-            tempering_of(layer),
-            per_type=layer.normalization == "positions",
-        )
-        resp = np.zeros((out_h, out_w, k, k, types, c_out))
-        if r is not None:
-            resp[oy, ox, ky, kx, i, j] = r
-        results.append(
-            (mu.reshape(out_h, out_w, c_out, 16), act.reshape(out_h, out_w, c_out), resp)
-        )
-    return [np.stack(x) for x in zip(*results)]
+    """The layer's EM routing, every (child, parent) edge enumerated by position."""
+    return ref.convolutional_em_routing(
+        poses,
+        activations,
+        ops.convert_to_numpy(layer.kernel),
+        ops.convert_to_numpy(layer.beta_v),
+        ops.convert_to_numpy(layer.beta_a),
+        layer.kernel_size,
+        layer.strides,
+        ref.inverse_temperatures(
+            layer.iterations, layer.inverse_temperature, layer.inverse_temperature_schedule
+        ),
+        layer.variance_epsilon,
+        ref.tempering_schedule(layer.tempering, layer.iterations),
+        per_type=layer.normalization == "positions",
+    )
 
 
 PROCEDURES = {
