@@ -1,4 +1,5 @@
 import keras
+import numpy as np
 from keras import ops
 
 from applications._checks import check_positive_ints
@@ -38,11 +39,12 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
     what the model predicts with) and `"poses"` (`(batch, num_classes, 16)`,
     flattened 4x4 matrices); `predict` returns the activations,
     `predict_poses` the poses and `predict_outputs` both. The loss is the
-    spread loss of the activations,
-    with a margin held by the model's `spread_margin` variable, which
-    `keras_capsules.callbacks.SpreadMarginSchedule` raises from 0.2 to 0.9;
+    spread loss of the activations at the margin `spread_margin`, a number
+    or a schedule of the optimizer's step, which the loss computation reads
+    on every backend (the paper raises it from 0.2 to 0.9);
     `fit(x, y)` needs no `loss` argument. Weight decay (2e-7, as the paper) is
-    an L2 penalty on every kernel.
+    an L2 penalty on every kernel. The margin of the current step is logged
+    as `spread_margin`.
 
     Args:
         A: Conv1 filters (32).
@@ -67,6 +69,11 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
             first (`1 / 255` for uint8 images). smallNORB inputs come
             normalised from `keras_capsules.datasets.smallnorb`: `None`.
         weight_decay: L2 factor on every kernel (2e-7); 0 for none.
+        spread_margin: the spread loss's margin: a number in (0, 1] (0.2), or
+            a `keras.optimizers.schedules.LearningRateSchedule` of the
+            optimizer's step, such as the paper's linear rise from 0.2 to 0.9
+            over `steps` steps, `PolynomialDecay(0.2, steps, end_learning_rate=0.9)`.
+            The attribute of the same name may be set before `fit`.
         learning_rate: initial Adam learning rate of the default compile (3e-3).
         decay_steps, decay_rate: exponential decay of the learning rate.
         compile: compile with the defaults above and an accuracy metric.
@@ -77,12 +84,12 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
     Example:
 
     >>> import applications
-    >>> import numpy as np
+    >>> import keras
     >>> model = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16)
-    >>> sum(int(np.prod(w.shape)) for w in model.trainable_weights)  # the paper's 68K
+    >>> model.count_params()  # the paper's 68K
     68754
-    >>> model.count_params()  # and the spread loss's margin, a non-trainable weight
-    68755
+    >>> rise = keras.optimizers.schedules.PolynomialDecay(0.2, 1000, end_learning_rate=0.9)
+    >>> model = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16, spread_margin=rise)
 
     Reference:
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
@@ -107,6 +114,7 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
         inverse_temperature_schedule="rescaled",
         rescale=None,
         weight_decay=2e-7,
+        spread_margin=0.2,
         learning_rate=3e-3,
         decay_steps=2000,
         decay_rate=0.96,
@@ -213,11 +221,10 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
             "dtype": policy.name,
         }
         self.num_classes = num_classes
-        self.spread_margin = keras.Variable(
-            0.2, trainable=False, dtype="float32", name="spread_margin"
-        )
-        self.spread_loss = SpreadLoss(margin=self.spread_margin)
+        self.spread_margin = spread_margin
+        self._optimizer_step = None  # the step a JAX training step is computing
         self.spread_loss_tracker = keras.metrics.Mean(name="spread_loss")
+        self.spread_margin_tracker = keras.metrics.Mean(name="spread_margin")
         if compile:
             self.compile(
                 optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
@@ -229,8 +236,10 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
             raise ValueError(f"{type(self).__name__} needs labels `y` to compute its loss.")
         # Keras losses are scaled for summing across tf.distribute replicas;
         # the tracker reports the global batch's value.
-        loss = self.spread_loss(y, y_pred["activations"], sample_weight=sample_weight)
+        margin = self.margin_at(self._step())
+        loss = SpreadLoss(margin=margin)(y, y_pred["activations"], sample_weight=sample_weight)
         self.spread_loss_tracker.update_state(unscale_loss(loss))
+        self.spread_margin_tracker.update_state(margin)
         for penalty in self.losses:
             loss = loss + scale_loss(ops.cast(penalty, loss.dtype))
         return loss
@@ -238,10 +247,89 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         return super().compute_metrics(x, y, y_pred["activations"], sample_weight)
 
+    # The spread margin --------------------------------------------------------
+
+    @property
+    def spread_margin(self):
+        """The spread loss's margin: a number, or a schedule of the optimizer's step."""
+        return self._spread_margin
+
+    @spread_margin.setter
+    def spread_margin(self, margin):
+        self._spread_margin = _checked_margin(margin)
+        # The compiled steps read the margin when they are traced: trace them anew.
+        self.train_function = self.test_function = None
+
+    def margin_at(self, step):
+        """The margin at optimizer step `step`, a float32 scalar tensor."""
+        margin = self._spread_margin
+        if isinstance(margin, keras.optimizers.schedules.LearningRateSchedule):
+            margin = margin(step)
+        return ops.cast(margin, "float32")
+
+    def _step(self):
+        if self._optimizer_step is not None:
+            return self._optimizer_step
+        if self.optimizer is None:
+            return 0
+        return self.optimizer.iterations
+
+    def compute_loss_and_updates(self, *args, optimizer_variables=None, **kwargs):
+        # JAX's training step: the optimizer's variables are arguments of the
+        # compiled step, not readable through `self.optimizer`, so the step the
+        # margin depends on is handed to `compute_loss` here.
+        if optimizer_variables is not None:
+            index = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.iterations))
+            self._optimizer_step = optimizer_variables[index]
+        try:
+            return super().compute_loss_and_updates(
+                *args, optimizer_variables=optimizer_variables, **kwargs
+            )
+        finally:
+            self._optimizer_step = None
+
+    def load_own_variables(self, store):
+        # Files saved before the margin came from the optimizer's step hold it
+        # as the model's one variable: it becomes the (constant) margin.
+        if len(store.keys()) == 1:
+            self.spread_margin = float(np.asarray(store["0"]))
+            return
+        super().load_own_variables(store)
+
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._config}
+        margin = self._spread_margin
+        if not isinstance(margin, float):
+            margin = keras.saving.serialize_keras_object(margin)
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            **self._config,
+            "spread_margin": margin,
+        }
 
     @classmethod
     def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("spread_margin"), dict):
+            config["spread_margin"] = keras.saving.deserialize_keras_object(config["spread_margin"])
         # A model saved before `tempering` existed routed with the paper's E-step.
         return cls(**{"tempering": 1.0, **config})
+
+
+def _checked_margin(margin):
+    """`margin` as a float in (0, 1] or a schedule; a `ValueError` naming it otherwise."""
+    if isinstance(margin, keras.optimizers.schedules.LearningRateSchedule):
+        first = float(ops.convert_to_numpy(margin(0)))
+        if not 0 < first <= 1:
+            raise ValueError(
+                "`spread_margin` must stay in (0, 1]; the schedule starts at "
+                f"{first}. Received: spread_margin={margin!r}"
+            )
+        return margin
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin <= 1:
+        raise ValueError(
+            "`spread_margin` must be a number in (0, 1] or a "
+            "keras.optimizers.schedules.LearningRateSchedule. "
+            f"Received: spread_margin={margin!r}"
+        )
+    return float(margin)

@@ -32,6 +32,7 @@ def conv1_gradients(iterations, tempering, batches, seed, stop_responsibilities=
     import tensorflow as tf
 
     import applications
+    from keras_capsules.losses import SpreadLoss
 
     keras.utils.set_random_seed(seed)
     model = applications.MatrixCapsNetNORB(
@@ -56,7 +57,7 @@ def conv1_gradients(iterations, tempering, batches, seed, stop_responsibilities=
         grads = []
         for x, y in batches:
             with tf.GradientTape() as tape:
-                loss = model.spread_loss(y, model(x, training=True)["activations"])
+                loss = SpreadLoss(margin=0.2)(y, model(x, training=True)["activations"])
             grads.append(tape.gradient(loss, model.get_layer("conv1").kernel).numpy().ravel())
     finally:
         routing.normalize_over_positions, routing.normalize_over_outputs = original

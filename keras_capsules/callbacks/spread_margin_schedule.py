@@ -12,12 +12,19 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
     schedule resumes where it was after `BackupAndRestore` or a reloaded model.
 
     The margin updated is the model's `spread_margin` variable when it has one
-    (`applications.MatrixCapsNetNORB` does: a non-trainable weight, part of the
-    compiled state on every backend), else the `margin` of each `SpreadLoss`
-    the model was compiled with. A `SpreadLoss` given a float margin gets a
-    `keras.Variable` in its place. On JAX, the compiled step sees only the
-    model's own variables, so there only a model with `spread_margin` follows
-    the schedule; the callback raises a `ValueError` otherwise.
+    (a non-trainable weight, part of the compiled state on every backend),
+    else the `margin` of each `SpreadLoss` the model was compiled with. A
+    `SpreadLoss` given a float margin gets a `keras.Variable` in its place. On
+    JAX, the compiled step sees only the model's own variables, so there only
+    a model with a `spread_margin` variable follows the schedule; the callback
+    raises a `ValueError` otherwise.
+
+    `applications.MatrixCapsNetNORB` computes its margin from the optimizer's
+    step itself, in the compiled step on every backend. For it, this callback
+    only saves computing the number of steps: at the start of `fit` it sets
+    the model's `spread_margin` to the schedule above,
+    `keras.optimizers.schedules.PolynomialDecay(start, steps, end_learning_rate=end)`,
+    which may as well be given to the model directly.
 
     Args:
         start: margin at step 0 (0.2).
@@ -27,8 +34,7 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
 
     Example:
 
-    >>> import applications  # doctest: +SKIP
-    >>> model = applications.MatrixCapsNetNORB()  # doctest: +SKIP
+    >>> model.compile(optimizer="adam", loss=SpreadLoss())  # doctest: +SKIP
     >>> model.fit(ds, epochs=50,
     ...           callbacks=[SpreadMarginSchedule(0.2, 0.9)])  # doctest: +SKIP
 
@@ -71,6 +77,19 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
         if isinstance(getattr(model, "spread_margin", None), keras.Variable):
             self._targets = [model.spread_margin]
             return
+        if callable(getattr(model, "margin_at", None)):  # the margin is the model's own schedule
+            schedule = keras.optimizers.schedules.PolynomialDecay(
+                self.start, self._total, end_learning_rate=self.end
+            )
+            current = model.spread_margin
+            if not (
+                isinstance(current, keras.optimizers.schedules.PolynomialDecay)
+                and current.get_config() == schedule.get_config()
+            ):
+                model.spread_margin = schedule
+                model.make_train_function(force=True)  # fit made it before calling us
+            self._targets = []
+            return
         losses = model.loss if isinstance(model.loss, (list, tuple)) else [model.loss]
         if isinstance(model.loss, dict):
             losses = list(model.loss.values())
@@ -94,6 +113,8 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
         self._targets = [loss.margin for loss in spread]
 
     def on_train_batch_begin(self, batch, logs=None):
+        if not self._targets:
+            return
         if self._step is None:  # read here, after BackupAndRestore has restored it
             self._step = int(ops.convert_to_numpy(self.model.optimizer.iterations))
         margin = self.margin_at(self._step)
@@ -105,7 +126,8 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
             self._assigned = margin
 
     def on_train_batch_end(self, batch, logs=None):
-        self._step += 1
+        if self._step is not None:
+            self._step += 1
 
     def on_train_end(self, logs=None):
         self._step = None

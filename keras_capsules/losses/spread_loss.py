@@ -11,12 +11,15 @@ class SpreadLoss(keras.losses.Loss):
     `L = sum_{i != t} max(0, m - (a_t - a_i))^2`: every wrong class `i` whose
     activation is not at least the margin `m` below the target's `a_t` is
     penalised quadratically. The paper raises `m` linearly from 0.2 to 0.9
-    during training, which `keras_capsules.callbacks.SpreadMarginSchedule`
-    does; `margin` may therefore be a float or a scalar `keras.Variable`.
+    during training: `applications.MatrixCapsNetNORB(spread_margin=...)`
+    takes a schedule of the optimizer's step and builds this loss with the
+    step's margin, so `margin` may be a float, a scalar tensor or a scalar
+    `keras.Variable` (which `keras_capsules.callbacks.SpreadMarginSchedule`
+    raises for a model compiled with this loss).
 
     Args:
         margin: the margin `m` (0.2, the paper's starting value), a float in
-            (0, 1] or a scalar `keras.Variable`.
+            (0, 1], a scalar tensor or a scalar `keras.Variable`.
         reduction: Keras loss reduction.
         name: name of the loss.
 
@@ -38,7 +41,11 @@ class SpreadLoss(keras.losses.Loss):
 
     def __init__(self, margin=0.2, reduction="sum_over_batch_size", name="spread_loss"):
         super().__init__(reduction=reduction, name=name)
-        if not isinstance(margin, keras.Variable) and not 0 < margin <= 1:
+        if isinstance(margin, bool) or not (
+            isinstance(margin, keras.Variable)
+            or ops.is_tensor(margin)
+            or (isinstance(margin, (int, float)) and 0 < margin <= 1)
+        ):
             raise ValueError(f"`margin` must be in (0, 1]. Received: margin={margin!r}")
         self.margin = margin
 

@@ -25,7 +25,9 @@ class Record(keras.callbacks.Callback):
         self.margins, self.losses = [], []
 
     def on_train_batch_end(self, batch, logs=None):
-        self.margins.append(float(keras.ops.convert_to_numpy(self.model.spread_margin)))
+        # The margin of the step just taken: the model's schedule at that optimizer step.
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) - 1
+        self.margins.append(float(keras.ops.convert_to_numpy(self.model.margin_at(step))))
         self.losses.append(logs["spread_loss"])
 
 
