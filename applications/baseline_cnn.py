@@ -4,12 +4,16 @@ from applications._checks import check_positive_ints
 from applications._checks import image_shape
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
+from applications._inputs import PIXELS
+from applications._inputs import InputRangeCheck
+from applications._inputs import check_rescale
+from applications._inputs import rescaled
 
 POOLING = (None, "max")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class BaselineCNN(keras.Model):
+class BaselineCNN(InputRangeCheck, keras.Model):
     """The baseline CNN of Sabour et al. 2017, ready to `fit`.
 
     Three 5x5 convolutions with stride 1, "same" padding and ReLU (256, 256
@@ -27,7 +31,8 @@ class BaselineCNN(keras.Model):
     Without pooling, 40x40 inputs give 69,704,466.
 
     The model takes images with pixel values in [0, 255] (uint8 or float,
-    `(h, w)` or `(h, w, 1)`) and rescales them to [0, 1] itself. It outputs
+    `(h, w)` or `(h, w, 1)`) and multiplies them by `rescale` (1 / 255)
+    itself; a first NumPy batch outside that range warns. It outputs
     class probabilities and is compiled at construction (unless
     `compile=False`) with Adam, the learning rate schedule of `CapsNetMNIST`,
     sparse categorical cross-entropy (integer labels) and accuracy.
@@ -47,6 +52,8 @@ class BaselineCNN(keras.Model):
         decay_steps: the learning rate is multiplied by `decay_rate` every
             `decay_steps` steps (2000).
         decay_rate: see `decay_steps` (0.96).
+        rescale: the factor the model multiplies its inputs by, `1 / 255` for
+            pixel values in [0, 255]; `None` for inputs already in [0, 1].
         compile: compile with the defaults above.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. The softmax runs in float32.
@@ -80,12 +87,14 @@ class BaselineCNN(keras.Model):
         learning_rate=1e-3,
         decay_steps=2000,
         decay_rate=0.96,
+        rescale=PIXELS,
         compile=True,
         dtype=None,
         name="baseline_cnn",
         **kwargs,
     ):
         input_shape = image_shape(input_shape)
+        rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         check_positive_ints(num_classes=num_classes, kernel_size=kernel_size)
         filters = tuple(filters)
@@ -101,7 +110,7 @@ class BaselineCNN(keras.Model):
             raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}")
 
         images = keras.Input(shape=input_shape, name="images")
-        x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling", dtype=policy)(images)
+        x = rescaled(images, rescale, policy)
         for index, channels in enumerate(filters):
             x = keras.layers.Conv2D(
                 channels,
@@ -134,9 +143,11 @@ class BaselineCNN(keras.Model):
             "learning_rate": learning_rate,
             "decay_steps": decay_steps,
             "decay_rate": decay_rate,
+            "rescale": rescale,
             "dtype": policy.name,
         }
         self.image_shape = input_shape
+        self.rescale = rescale
         self.num_classes = num_classes
         if compile:
             self.compile(

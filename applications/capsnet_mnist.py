@@ -6,6 +6,10 @@ from applications._checks import check_positive_ints
 from applications._checks import image_shape
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
+from applications._inputs import PIXELS
+from applications._inputs import InputRangeCheck
+from applications._inputs import check_rescale
+from applications._inputs import rescaled
 from applications._predictions import CapsulePredictions
 from keras_capsules.distribute import scale_loss
 from keras_capsules.distribute import unscale_loss
@@ -19,7 +23,7 @@ from keras_capsules.losses import ReconstructionLoss
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsNetMNIST(CapsulePredictions, keras.Model):
+class CapsNetMNIST(CapsulePredictions, InputRangeCheck, keras.Model):
     """The CapsNet of Sabour et al. 2017 for MNIST, ready to `fit`.
 
     Conv1 (256 filters 9x9, ReLU) -> PrimaryCaps (32 types x 8D, 9x9 stride 2)
@@ -29,7 +33,10 @@ class CapsNetMNIST(CapsulePredictions, keras.Model):
 
     The model takes images with pixel values in [0, 255], as
     `keras_capsules.datasets.mnist.load_data()` returns them (uint8 or float,
-    `(28, 28)` or `(28, 28, 1)`), and rescales them to [0, 1] itself.
+    `(28, 28)` or `(28, 28, 1)`), and multiplies them by `rescale` (1 / 255)
+    itself. For images already scaled to [0, 1] pass `rescale=None`. The
+    first NumPy batch of `fit`, `evaluate` or `predict` whose range cannot be
+    the expected one gives a warning.
 
     Its outputs are a dict: `"probabilities"` (capsule lengths, one per class)
     and `"poses"` (the class capsules). `predict` returns the probabilities,
@@ -60,6 +67,8 @@ class CapsNetMNIST(CapsulePredictions, keras.Model):
             by `decay_rate` every `decay_steps` steps (2000, as the official
             code).
         decay_rate: see `decay_steps` (0.96, as the official code).
+        rescale: the factor the model multiplies its inputs by, `1 / 255` for
+            pixel values in [0, 255]; `None` for inputs already in [0, 1].
         compile: compile with the defaults above and an accuracy metric.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. Routing, lengths and losses run in float32.
@@ -97,12 +106,14 @@ class CapsNetMNIST(CapsulePredictions, keras.Model):
         learning_rate=1e-3,
         decay_steps=2000,
         decay_rate=0.96,
+        rescale=PIXELS,
         compile=True,
         dtype=None,
         name="capsnet_mnist",
         **kwargs,
     ):
         input_shape = image_shape(input_shape)
+        rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         check_positive_ints(
             num_classes=num_classes,
@@ -119,7 +130,7 @@ class CapsNetMNIST(CapsulePredictions, keras.Model):
             )
 
         images = keras.Input(shape=input_shape, name="images")
-        x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling", dtype=policy)(images)
+        x = rescaled(images, rescale, policy)
         x = keras.layers.Conv2D(
             conv_filters,
             conv_kernel_size,
@@ -171,9 +182,11 @@ class CapsNetMNIST(CapsulePredictions, keras.Model):
             "learning_rate": learning_rate,
             "decay_steps": decay_steps,
             "decay_rate": decay_rate,
+            "rescale": rescale,
             "dtype": policy.name,
         }
         self.image_shape = input_shape
+        self.rescale = rescale
         self.num_classes = num_classes
         self.mask = Mask(name="mask")
         self.decoder = None
@@ -200,7 +213,9 @@ class CapsNetMNIST(CapsulePredictions, keras.Model):
 
     def _images(self, x):
         """The reconstruction target: the input images scaled to [0, 1]."""
-        x = ops.cast(x, "float32") / 255.0
+        x = ops.cast(x, "float32")
+        if self.rescale is not None:
+            x = x * self.rescale
         return ops.reshape(x, (ops.shape(x)[0],) + self.image_shape)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):

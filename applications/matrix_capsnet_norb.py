@@ -6,6 +6,9 @@ from applications._checks import check_positive_ints
 from applications._checks import image_shape
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
+from applications._inputs import InputRangeCheck
+from applications._inputs import check_rescale
+from applications._inputs import rescaled
 from applications._predictions import CapsulePredictions
 from keras_capsules import routing
 from keras_capsules.distribute import scale_loss
@@ -17,7 +20,7 @@ from keras_capsules.losses import SpreadLoss
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
+class MatrixCapsNetNORB(CapsulePredictions, InputRangeCheck, keras.Model):
     """The matrix capsule network of Hinton, Sabour, Frosst 2018 for smallNORB, ready to `fit`.
 
     ReLU Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types, 1x1) ->
@@ -65,9 +68,12 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
             `"positions"` (per output type, the authors' code).
         inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`,
             see `keras_capsules.routing.inverse_temperatures`.
-        rescale: if given, the model multiplies its inputs by this factor
-            first (`1 / 255` for uint8 images). smallNORB inputs come
-            normalised from `keras_capsules.datasets.smallnorb`: `None`.
+        rescale: the factor the model multiplies its inputs by, or `None`
+            (default) for inputs already scaled: smallNORB's pipelines
+            (`keras_capsules.datasets.smallnorb`) standardise every image.
+            `1 / 255` for pixel values in [0, 255], as `CapsNetMNIST` takes
+            them by default. A first NumPy batch outside the expected range
+            warns.
         weight_decay: L2 factor on every kernel (2e-7); 0 for none.
         spread_margin: the spread loss's margin: a number in (0, 1] (0.2), or
             a `keras.optimizers.schedules.LearningRateSchedule` of the
@@ -124,6 +130,7 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
         **kwargs,
     ):
         input_shape = image_shape(input_shape)
+        rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         check_positive_ints(A=A, B=B, C=C, D=D, iterations=iterations, num_classes=num_classes)
         if weight_decay < 0:
@@ -141,8 +148,7 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
 
         inputs = keras.Input(shape=input_shape, name="images")
         x = inputs
-        if rescale is not None:
-            x = keras.layers.Rescaling(rescale, name="rescaling", dtype=policy)(x)
+        x = rescaled(x, rescale, policy)
         x = keras.layers.Conv2D(
             A,
             5,
@@ -221,6 +227,7 @@ class MatrixCapsNetNORB(CapsulePredictions, keras.Model):
             "dtype": policy.name,
         }
         self.num_classes = num_classes
+        self.rescale = rescale
         self.spread_margin = spread_margin
         self._optimizer_step = None  # the step a JAX training step is computing
         self.spread_loss_tracker = keras.metrics.Mean(name="spread_loss")

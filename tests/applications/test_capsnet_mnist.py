@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -179,3 +180,29 @@ def test_dtype_policy_argument_is_used_and_saved(tmp_path):
     model.save(str(tmp_path / "m.keras"))
     loaded = keras.saving.load_model(str(tmp_path / "m.keras"))
     assert loaded.get_layer("conv1").dtype_policy.name == "mixed_float16"
+
+
+def test_rescale_is_the_input_convention_and_a_wrong_range_warns_once():
+    raw = np.random.default_rng(4).integers(0, 256, size=(6, 28, 28)).astype("uint8")
+    model = applications.CapsNetMNIST(**SMALL)
+    scaled_model = applications.CapsNetMNIST(**SMALL, rescale=None)
+    scaled_model.set_weights(model.get_weights())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # raw pixels: the expected range, no warning
+        expected = model.predict(raw, verbose=0)
+    np.testing.assert_allclose(scaled_model.predict(raw / 255.0, verbose=0), expected, atol=1e-5)
+    assert scaled_model.get_config()["rescale"] is None
+    assert applications.CapsNetMNIST.from_config(model.get_config()).rescale == 1 / 255
+    # Inputs scaled to [0, 1] given to a model that rescales them again.
+    fresh = applications.CapsNetMNIST(**SMALL)
+    with pytest.warns(UserWarning, match="rescale=None"):
+        fresh.fit(raw / 255.0, np.arange(6) % 10, batch_size=3, epochs=1, verbose=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per model
+        fresh.predict(raw / 255.0, verbose=0)
+    # Raw pixels given to a model built for scaled inputs.
+    with pytest.warns(UserWarning, match="rescale=1 / 255"):
+        applications.CapsNetMNIST(**SMALL, rescale=None).evaluate(raw, np.arange(6) % 10, verbose=0)
+    for bad in (0, -1.0, "1/255", float("nan")):
+        with pytest.raises(ValueError, match="rescale"):
+            applications.CapsNetMNIST(**SMALL, rescale=bad)

@@ -1,3 +1,5 @@
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -241,3 +243,15 @@ def test_a_file_that_held_the_margin_as_a_variable_still_loads():
     model = applications.MatrixCapsNetNORB(**TINY)
     model.load_own_variables({"0": np.array(0.65, "float32")})  # what older versions saved
     assert model.spread_margin == pytest.approx(0.65)
+
+
+def test_raw_pixels_for_a_model_without_rescale_warn():
+    raw = np.random.default_rng(5).integers(0, 256, size=(4, 20, 20, 2)).astype("uint8")
+    with pytest.warns(UserWarning, match="rescale=1 / 255"):
+        applications.MatrixCapsNetNORB(**TINY).predict(raw, verbose=0)
+    rescaling = applications.MatrixCapsNetNORB(**TINY, rescale=1 / 255)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rescaling.predict(raw, verbose=0)
+    with pytest.raises(ValueError, match="rescale"):
+        applications.MatrixCapsNetNORB(**TINY, rescale=0)
