@@ -56,6 +56,15 @@ SMOKE = {
 }
 
 
+def _fixed_value(text):
+    """A `--fixed` VALUE: a number, true or false, else the text itself."""
+    lowered = text.strip().lower()
+    try:
+        return json.loads(lowered if lowered in ("true", "false") else text)
+    except ValueError:
+        return text
+
+
 def log(*args):
     print(*args, file=sys.stderr, flush=True)
 
@@ -101,7 +110,6 @@ def run(args):
     import keras
     import keras_tuner as kt
 
-    from keras_capsules.cli.tune import _parse_value
     from keras_capsules.datasets import mnist
     from keras_capsules.tuning import CapsNetHyperModel
     from keras_capsules.tuning import MatrixCapsNetHyperModel
@@ -119,7 +127,7 @@ def run(args):
     for assignment in args.fixed:
         name, _, value = assignment.partition("=")
         if name in space:  # the smoke sizes name both models' hyperparameters
-            fixed.Fixed(name, _parse_value(value))
+            fixed.Fixed(name, _fixed_value(value))
     batch_size = args.batch_size or hypermodel.batch_size
 
     (x_train, y_train), (x_test, y_test) = mnist.load_data()

@@ -28,6 +28,51 @@ def positive_int(text):
     return value
 
 
+def non_negative_int(text):
+    """An integer of at least 0.
+
+    >>> non_negative_int("0")
+    0
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def positive_float(text):
+    """A finite number above 0.
+
+    >>> positive_float("2.5")
+    2.5
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def held_out_fraction(text):
+    """`--validation-split`: a fraction in (0, 0.5].
+
+    >>> held_out_fraction("0.1")
+    0.1
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 0.5:
+        raise argparse.ArgumentTypeError(f"must be in (0, 0.5], got {text!r}")
+    return value
+
+
 def tempering(text):
     """`--tempering`: one positive number, or several separated by commas.
 

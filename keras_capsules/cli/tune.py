@@ -14,6 +14,9 @@ import time
 from keras_capsules._atomic import replacing
 from keras_capsules._atomic import write_json
 from keras_capsules.cli._types import data_dir
+from keras_capsules.cli._types import held_out_fraction
+from keras_capsules.cli._types import non_negative_int
+from keras_capsules.cli._types import positive_float
 from keras_capsules.cli._types import positive_int
 
 DEFAULT_ORACLE = "127.0.0.1:8000"
@@ -28,9 +31,12 @@ def add_parser(commands):
     )
     tune.add_argument("model", choices=MODELS)
     tune.add_argument("--tuner", choices=("hyperband", "random", "bayesian"), default="hyperband")
-    tune.add_argument("--max-trials", type=int, default=10, help="most trials to run")
+    tune.add_argument("--max-trials", type=positive_int, default=10, help="most trials to run")
     tune.add_argument(
-        "--max-epochs", type=int, default=3, help="hyperband: most epochs of a trial, else all"
+        "--max-epochs",
+        type=positive_int,
+        default=3,
+        help="hyperband: most epochs of a trial, else all",
     )
     tune.add_argument("--output", default="runs/tune", help="folder of the search and its results")
     tune.add_argument("--objective", default="val_accuracy", help="metric to optimise")
@@ -43,7 +49,9 @@ def add_parser(commands):
     tune.add_argument(
         "--test-size", type=positive_int, default=None, help="evaluate on the first N"
     )
-    tune.add_argument("--validation-split", type=float, default=0.1, help="held out of training")
+    tune.add_argument(
+        "--validation-split", type=held_out_fraction, default=0.1, help="held out of training"
+    )
     tune.add_argument(
         "--batch-size",
         type=positive_int,
@@ -59,9 +67,12 @@ def add_parser(commands):
     )
     tune.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming")
     tune.add_argument("--seed", type=int, default=None)
-    tune.add_argument("--top", type=int, default=5, help="trials in the final table")
+    tune.add_argument("--top", type=positive_int, default=5, help="trials in the final table")
     tune.add_argument(
-        "--retrain-epochs", type=int, default=0, help="retrain the best configuration for N epochs"
+        "--retrain-epochs",
+        type=non_negative_int,
+        default=0,
+        help="retrain the best configuration for N epochs",
     )
     tune.add_argument("--export", metavar="DIR", default=None, help="export the best model here")
     role = tune.add_mutually_exclusive_group()
@@ -70,12 +81,20 @@ def add_parser(commands):
     tune.add_argument(
         "--oracle", metavar="HOST:PORT", default=None, help="the chief's address (127.0.0.1:8000)"
     )
-    tune.add_argument("--max-retries", type=int, default=1, help="reruns of a crashed trial")
     tune.add_argument(
-        "--lease-seconds", type=float, default=120.0, help="chief: give up a silent worker's trial"
+        "--max-retries", type=non_negative_int, default=1, help="reruns of a crashed trial"
     )
     tune.add_argument(
-        "--heartbeat-seconds", type=float, default=10.0, help="worker: seconds between heartbeats"
+        "--lease-seconds",
+        type=positive_float,
+        default=120.0,
+        help="chief: give up a silent worker's trial",
+    )
+    tune.add_argument(
+        "--heartbeat-seconds",
+        type=positive_float,
+        default=10.0,
+        help="worker: seconds between heartbeats",
     )
     tune.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     return tune
@@ -147,16 +166,9 @@ def _hypermodel(args):
 
 
 def _check(args):
-    for name in ("max_trials", "max_epochs", "top"):
-        if getattr(args, name) < 1:
-            _fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("retrain_epochs", "max_retries"):
-        if getattr(args, name) < 0:
-            _fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
-    if not 0 < args.validation_split <= 0.5:
-        _fail(f"--validation-split must be in (0, 0.5], got {args.validation_split}")
-    if not 0 < args.heartbeat_seconds < args.lease_seconds:
-        _fail("--heartbeat-seconds must be positive and below --lease-seconds")
+    # Each value is checked as argparse reads it (`_types`); this pair only together.
+    if not args.heartbeat_seconds < args.lease_seconds:
+        _fail("--heartbeat-seconds must be below --lease-seconds")
 
 
 def _load_mnist(args):
