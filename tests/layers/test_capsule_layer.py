@@ -5,18 +5,23 @@ from keras import ops
 
 from keras_capsules.layers import CapsuleLayer
 from tests import _references as ref
+from tests._layer_testing import run_layer_test
 from tests.conftest import gradient
 
 
-def test_output_shape_and_config_round_trip():
-    layer = CapsuleLayer(10, 16, routings=2, name="digits")
-    x = np.random.normal(size=(3, 50, 8)).astype("float32")
-    y = layer(x)
-    assert y.shape == (3, 10, 16) == layer.compute_output_shape(x.shape)
-    clone = CapsuleLayer.from_config(layer.get_config())
-    clone.build(x.shape)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(ops.convert_to_numpy(clone(x)), ops.convert_to_numpy(y), atol=1e-6)
+def test_layer_checks():
+    run_layer_test(
+        CapsuleLayer,
+        {"num_capsules": 3, "capsule_dim": 4, "routings": 2, "name": "digits"},
+        np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32"),
+        expected_output_shape=(2, 3, 4),
+        expected_num_trainable_weights=1,
+    )
+
+
+def test_one_matrix_per_input_and_output_capsule():
+    layer = CapsuleLayer(10, 16, routings=2)
+    layer.build((None, 50, 8))
     assert layer.count_params() == 50 * 8 * 10 * 16
 
 

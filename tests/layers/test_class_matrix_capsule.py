@@ -1,10 +1,10 @@
-import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from keras_capsules.layers import ClassMatrixCapsule
 from tests import _references as ref
+from tests._layer_testing import run_layer_test
 from tests.conftest import gradient
 
 
@@ -83,24 +83,25 @@ def test_shapes_finite_gradients_and_errors():
         ClassMatrixCapsule(5).build([(None, 4, 8, 16), (None, 4, 8)])
 
 
-def test_config_round_trip_and_keras_file(tmp_path):
-    layer = ClassMatrixCapsule(
-        3,
-        iterations=2,
-        coordinate_addition=False,
-        tempering=[0.3],
-        inverse_temperature_schedule="authors",
-        name="cls",
-    )
-    assert ClassMatrixCapsule.from_config(layer.get_config()).get_config() == layer.get_config()
-    poses, acts = keras.Input((2, 2, 4, 16)), keras.Input((2, 2, 4))
-    model = keras.Model([poses, acts], layer((poses, acts)))
+def test_layer_checks():
     rng = np.random.default_rng(5)
-    data = [rng.normal(size=(3, 2, 2, 4, 16)).astype("float32"), rng.uniform(size=(3, 2, 2, 4))]
-    model.save(tmp_path / "m.keras")
-    loaded = keras.saving.load_model(tmp_path / "m.keras")
-    for a, b in zip(model.predict(data, verbose=0), loaded.predict(data, verbose=0)):
-        np.testing.assert_allclose(a, b, rtol=1e-6)
+    run_layer_test(
+        ClassMatrixCapsule,
+        {
+            "num_classes": 3,
+            "iterations": 2,
+            "coordinate_addition": False,
+            "tempering": [0.3],
+            "inverse_temperature_schedule": "authors",
+            "name": "cls",
+        },
+        (
+            rng.normal(size=(2, 2, 2, 2, 16)).astype("float32"),
+            rng.uniform(size=(2, 2, 2, 2)).astype("float32"),
+        ),
+        expected_output_shape=((2, 3, 16), (2, 3)),
+        expected_num_trainable_weights=3,
+    )
 
 
 def test_a_config_saved_before_tempering_keeps_the_papers_e_step():

@@ -3,6 +3,7 @@ import pytest
 from keras import ops
 
 from keras_capsules.layers import Mask
+from tests._layer_testing import run_layer_test
 
 
 def capsules():
@@ -15,6 +16,17 @@ def capsules():
 
 def kept(masked):
     return [list(np.flatnonzero(np.abs(m).sum(-1))) for m in ops.convert_to_numpy(masked)]
+
+
+@pytest.mark.parametrize("with_labels", [True, False], ids=["labels", "longest"])
+def test_layer_checks(with_labels):
+    x = capsules()[:2, :3]
+    run_layer_test(
+        Mask,
+        {},
+        [x, np.array([1, 2], "int32")] if with_labels else x,
+        expected_output_shape=(2, 3, 4),
+    )
 
 
 def test_longest_capsule_without_labels():

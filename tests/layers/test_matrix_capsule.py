@@ -1,10 +1,10 @@
-import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from keras_capsules.layers import MatrixCapsule
 from tests import _references as ref
+from tests._layer_testing import run_layer_test
 from tests.conftest import gradient
 
 
@@ -125,45 +125,28 @@ def test_finite_values_and_gradients(scale):
     assert np.all(np.isfinite(gradient(run, poses)))
 
 
-@pytest.mark.parametrize("mixed_precision", ["mixed_float16", "mixed_bfloat16"], indirect=True)
-def test_mixed_precision(mixed_precision):
-    rng = np.random.default_rng(2)
-    poses = rng.normal(size=(2, 5, 5, 2, 16)).astype("float32")
-    activations = rng.uniform(size=(2, 5, 5, 2)).astype("float32")
-    layer = MatrixCapsule(3, 3, 1)
-    out, acts = layer((poses, activations))
-    assert layer.kernel.dtype == "float32"
-    assert ops.dtype(out) == mixed_precision.split("_")[1]
-    assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(out, "float32"))))
-    assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(acts, "float32"))))
-
-
-def test_config_round_trip_and_keras_file(tmp_path):
-    layer = MatrixCapsule(
-        4,
-        3,
-        2,
-        iterations=3,
-        inverse_temperature=0.05,
-        tempering=[0.1, 0.3],
-        normalization="positions",
-        inverse_temperature_schedule="authors",
-        name="caps",
+def test_layer_checks():
+    rng = np.random.default_rng(3)
+    run_layer_test(
+        MatrixCapsule,
+        {
+            "capsule_types": 2,
+            "kernel_size": 3,
+            "strides": 2,
+            "iterations": 3,
+            "inverse_temperature": 0.05,
+            "tempering": [0.1, 0.3],
+            "normalization": "positions",
+            "inverse_temperature_schedule": "authors",
+            "name": "caps",
+        },
+        (
+            rng.normal(size=(2, 5, 5, 2, 16)).astype("float32"),
+            rng.uniform(size=(2, 5, 5, 2)).astype("float32"),
+        ),
+        expected_output_shape=((2, 2, 2, 2, 16), (2, 2, 2, 2)),
+        expected_num_trainable_weights=3,
     )
-    clone = MatrixCapsule.from_config(layer.get_config())
-    assert clone.get_config() == layer.get_config()
-    poses = keras.Input((7, 7, 3, 16))
-    acts = keras.Input((7, 7, 3))
-    model = keras.Model([poses, acts], layer((poses, acts)))
-    data = [
-        np.random.default_rng(3).normal(size=(2, 7, 7, 3, 16)).astype("float32"),
-        np.random.default_rng(4).uniform(size=(2, 7, 7, 3)).astype("float32"),
-    ]
-    path = tmp_path / "m.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    for a, b in zip(model.predict(data, verbose=0), loaded.predict(data, verbose=0)):
-        np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
 def test_a_config_saved_before_tempering_keeps_the_papers_e_step():

@@ -4,6 +4,17 @@ from keras import ops
 
 from keras_capsules.layers import PrimaryCapsule
 from tests import _references as ref
+from tests._layer_testing import run_layer_test
+
+
+def test_layer_checks():
+    run_layer_test(
+        PrimaryCapsule,
+        {"num_capsules": 4, "capsule_dim": 3, "kernel_size": 3, "strides": 2, "padding": "same"},
+        np.random.default_rng(0).normal(size=(2, 5, 5, 3)).astype("float32"),
+        expected_output_shape=(2, 3 * 3 * 4, 3),
+        expected_num_trainable_weights=2,
+    )
 
 
 def test_shape_and_values_are_the_squashed_convolution():
@@ -26,13 +37,6 @@ def test_paper_sizes_and_parameters():
     layer = PrimaryCapsule(32, 8, 9, strides=2)
     assert layer(np.zeros((1, 20, 20, 256), "float32")).shape == (1, 1152, 8)
     assert layer.count_params() == 5_308_672
-
-
-def test_config_round_trip():
-    layer = PrimaryCapsule(4, 3, kernel_size=3, padding="same", name="p")
-    config = layer.get_config()
-    clone = PrimaryCapsule.from_config(config)
-    assert clone.get_config() == config
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,19 @@
-import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from keras_capsules.layers import PrimaryMatrixCapsule
+from tests._layer_testing import run_layer_test
+
+
+def test_layer_checks():
+    run_layer_test(
+        PrimaryMatrixCapsule,
+        {"capsule_types": 2, "kernel_size": 3, "strides": 2, "padding": "valid"},
+        np.random.default_rng(0).normal(size=(2, 5, 5, 3)).astype("float32"),
+        expected_output_shape=((2, 2, 2, 2, 16), (2, 2, 2, 2)),
+        expected_num_trainable_weights=2,
+    )
 
 
 def test_poses_and_activations_split_one_convolution():
@@ -26,21 +36,13 @@ def test_poses_and_activations_split_one_convolution():
     assert layer.count_params() == 7 * 3 * 17 + 3 * 17
 
 
-def test_output_shape_config_and_errors():
+def test_output_shape_and_errors():
     layer = PrimaryMatrixCapsule(4, kernel_size=3, strides=2)
     assert layer.compute_output_shape((None, 9, 9, 8)) == ((None, 4, 4, 4, 16), (None, 4, 4, 4))
     assert not layer.built and not layer.weights  # asking for a shape builds nothing
-    assert PrimaryMatrixCapsule.from_config(layer.get_config()).get_config() == layer.get_config()
     with pytest.raises(ValueError, match="capsule_types"):
         PrimaryMatrixCapsule(0)
     with pytest.raises(ValueError, match="padding"):
         PrimaryMatrixCapsule(2, padding="full")
     with pytest.raises(ValueError):
         PrimaryMatrixCapsule(2)(np.zeros((2, 8, 8), "float32"))
-
-
-@pytest.mark.parametrize("mixed_precision", ["mixed_float16", "mixed_bfloat16"], indirect=True)
-def test_mixed_precision(mixed_precision):
-    poses, acts = PrimaryMatrixCapsule(2)(np.ones((1, 3, 3, 4), "float32"))
-    assert ops.dtype(poses) == keras.mixed_precision.dtype_policy().compute_dtype
-    assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(acts, "float32"))))

@@ -3,6 +3,7 @@ import pytest
 from keras import ops
 
 from keras_capsules.layers import ReconstructionDecoder
+from tests._layer_testing import run_layer_test
 
 
 def test_paper_decoder_shape_range_and_parameters():
@@ -13,14 +14,14 @@ def test_paper_decoder_shape_range_and_parameters():
     assert decoder.count_params() == 1_411_344
 
 
-def test_config_round_trip_gives_same_outputs():
-    decoder = ReconstructionDecoder((6, 5), hidden_units=(7,))
-    x = np.random.normal(size=(2, 3, 4)).astype("float32")
-    y = decoder(x)
-    clone = ReconstructionDecoder.from_config(decoder.get_config())
-    clone.build(x.shape)
-    clone.set_weights(decoder.get_weights())
-    np.testing.assert_allclose(ops.convert_to_numpy(clone(x)), ops.convert_to_numpy(y), atol=1e-6)
+def test_layer_checks():
+    run_layer_test(
+        ReconstructionDecoder,
+        {"target_shape": (6, 5), "hidden_units": (7,)},
+        np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32"),
+        expected_output_shape=(2, 6, 5),
+        expected_num_trainable_weights=4,
+    )
 
 
 @pytest.mark.parametrize(
