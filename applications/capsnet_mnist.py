@@ -4,6 +4,7 @@ from keras import ops
 
 from applications._checks import check_positive_ints
 from applications._checks import image_shape
+from applications._checks import take_renamed
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
@@ -51,12 +52,13 @@ class CapsNetMNIST(CapsulePredictions, InputRangeCheck, keras.Model):
         num_classes: number of class capsules (10).
         conv_filters: filters of Conv1 (256).
         conv_kernel_size: kernel size of Conv1 (9).
-        primary_capsules: primary capsule types (32).
+        primary_capsule_types: primary capsule types (32; formerly
+            `primary_capsules`).
         primary_capsule_dim: dimensions of a primary capsule (8).
         primary_kernel_size: kernel size of the primary capsule convolution (9).
         primary_strides: strides of the primary capsule convolution (2).
         capsule_dim: dimensions of a class capsule (16).
-        routings: routing iterations (3).
+        iterations: routing iterations (3; formerly `routings`).
         stop_gradient: stop gradients through the inner routing iterations
             (`False`, as the paper).
         decoder_units: hidden layer sizes of the decoder, `(512, 1024)`; `None`
@@ -94,12 +96,12 @@ class CapsNetMNIST(CapsulePredictions, InputRangeCheck, keras.Model):
         num_classes=10,
         conv_filters=256,
         conv_kernel_size=9,
-        primary_capsules=32,
+        primary_capsule_types=32,
         primary_capsule_dim=8,
         primary_kernel_size=9,
         primary_strides=2,
         capsule_dim=16,
-        routings=3,
+        iterations=3,
         stop_gradient=False,
         decoder_units=(512, 1024),
         reconstruction_weight=0.0005,
@@ -112,16 +114,23 @@ class CapsNetMNIST(CapsulePredictions, InputRangeCheck, keras.Model):
         name="capsnet_mnist",
         **kwargs,
     ):
+        renamed = take_renamed(
+            kwargs,
+            {"primary_capsules": "primary_capsule_types", "routings": "iterations"},
+            type(self).__name__,
+        )
+        primary_capsule_types = renamed.get("primary_capsule_types", primary_capsule_types)
+        iterations = renamed.get("iterations", iterations)
         input_shape = image_shape(input_shape)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         check_positive_ints(
             num_classes=num_classes,
             conv_filters=conv_filters,
-            primary_capsules=primary_capsules,
+            primary_capsule_types=primary_capsule_types,
             primary_capsule_dim=primary_capsule_dim,
             capsule_dim=capsule_dim,
-            routings=routings,
+            iterations=iterations,
         )
         if reconstruction_weight < 0:
             raise ValueError(
@@ -140,7 +149,7 @@ class CapsNetMNIST(CapsulePredictions, InputRangeCheck, keras.Model):
             dtype=policy,
         )(x)
         primary = PrimaryCapsule(
-            primary_capsules,
+            primary_capsule_types,
             primary_capsule_dim,
             primary_kernel_size,
             strides=primary_strides,
@@ -150,7 +159,7 @@ class CapsNetMNIST(CapsulePredictions, InputRangeCheck, keras.Model):
         poses = CapsuleLayer(
             num_classes,
             capsule_dim,
-            routings=routings,
+            iterations=iterations,
             stop_gradient=stop_gradient,
             name="digit_caps",
             dtype=policy,
@@ -170,12 +179,12 @@ class CapsNetMNIST(CapsulePredictions, InputRangeCheck, keras.Model):
             "num_classes": num_classes,
             "conv_filters": conv_filters,
             "conv_kernel_size": conv_kernel_size,
-            "primary_capsules": primary_capsules,
+            "primary_capsule_types": primary_capsule_types,
             "primary_capsule_dim": primary_capsule_dim,
             "primary_kernel_size": primary_kernel_size,
             "primary_strides": primary_strides,
             "capsule_dim": capsule_dim,
-            "routings": routings,
+            "iterations": iterations,
             "stop_gradient": stop_gradient,
             "decoder_units": None if decoder_units is None else tuple(decoder_units),
             "reconstruction_weight": reconstruction_weight,

@@ -119,7 +119,7 @@ class CapsNetMultiMNIST(CapsNetMNIST):
         input_shape: shape of one image, `(36, 36, 1)`.
         name: name of the model.
         **kwargs: every other argument of `CapsNetMNIST` (`conv_filters`,
-            `primary_capsules`, `routings`, `decoder_units`,
+            `primary_capsule_types`, `iterations`, `decoder_units`,
             `reconstruction_weight`, `learning_rate`, `compile`, `dtype`,
             ...), with the same defaults.
 

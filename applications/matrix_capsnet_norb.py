@@ -50,10 +50,10 @@ class MatrixCapsNetNORB(CapsulePredictions, InputRangeCheck, keras.Model):
     as `spread_margin`.
 
     Args:
-        A: Conv1 filters (32).
-        B: primary capsule types (32).
-        C: ConvCaps1 capsule types (32).
-        D: ConvCaps2 capsule types (32).
+        A: the paper's letter for `conv_filters`.
+        B: the paper's letter for `primary_capsule_types`.
+        C: the paper's letter for `conv_caps1_types`.
+        D: the paper's letter for `conv_caps2_types`.
         iterations: EM iterations of every capsule layer (3).
         input_shape: shape of one input (32, 32, 2).
         num_classes: number of class capsules (5).
@@ -85,6 +85,11 @@ class MatrixCapsNetNORB(CapsulePredictions, InputRangeCheck, keras.Model):
         compile: compile with the defaults above and an accuracy metric.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. EM routing and the loss run in float32.
+        conv_filters: Conv1 filters, `A` (32).
+        primary_capsule_types: primary capsule types, `B` (32).
+        conv_caps1_types: ConvCaps1 capsule types, `C` (32).
+        conv_caps2_types: ConvCaps2 capsule types, `D` (32). Each size may be
+            given by its name or its letter, not both.
         **kwargs: `keras.Model` arguments such as `name`.
 
     Example:
@@ -93,6 +98,11 @@ class MatrixCapsNetNORB(CapsulePredictions, InputRangeCheck, keras.Model):
     >>> import keras
     >>> model = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16)
     >>> model.count_params()  # the paper's 68K
+    68754
+    >>> same = applications.MatrixCapsNetNORB(
+    ...     conv_filters=64, primary_capsule_types=8, conv_caps1_types=16, conv_caps2_types=16
+    ... )
+    >>> same.count_params()
     68754
     >>> rise = keras.optimizers.schedules.PolynomialDecay(0.2, 1000, end_learning_rate=0.9)
     >>> model = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16, spread_margin=rise)
@@ -105,10 +115,10 @@ class MatrixCapsNetNORB(CapsulePredictions, InputRangeCheck, keras.Model):
 
     def __init__(
         self,
-        A=32,
-        B=32,
-        C=32,
-        D=32,
+        A=None,
+        B=None,
+        C=None,
+        D=None,
         iterations=3,
         input_shape=(32, 32, 2),
         num_classes=5,
@@ -127,12 +137,25 @@ class MatrixCapsNetNORB(CapsulePredictions, InputRangeCheck, keras.Model):
         compile=True,
         dtype=None,
         name="matrix_capsnet_norb",
+        conv_filters=32,
+        primary_capsule_types=32,
+        conv_caps1_types=32,
+        conv_caps2_types=32,
         **kwargs,
     ):
+        A, B, C, D = (
+            _size(letter, letter_value, long, long_value)
+            for letter, letter_value, long, long_value in (
+                ("A", A, "conv_filters", conv_filters),
+                ("B", B, "primary_capsule_types", primary_capsule_types),
+                ("C", C, "conv_caps1_types", conv_caps1_types),
+                ("D", D, "conv_caps2_types", conv_caps2_types),
+            )
+        )
         input_shape = image_shape(input_shape)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
-        check_positive_ints(A=A, B=B, C=C, D=D, iterations=iterations, num_classes=num_classes)
+        check_positive_ints(iterations=iterations, num_classes=num_classes)
         if weight_decay < 0:
             raise ValueError(f"`weight_decay` must be non-negative. Received: {weight_decay!r}")
         regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
@@ -206,10 +229,10 @@ class MatrixCapsNetNORB(CapsulePredictions, InputRangeCheck, keras.Model):
         # The model's own policy decides loss scaling in compile (mixed_float16).
         self.dtype_policy = policy
         self._config = {
-            "A": A,
-            "B": B,
-            "C": C,
-            "D": D,
+            "conv_filters": A,
+            "primary_capsule_types": B,
+            "conv_caps1_types": C,
+            "conv_caps2_types": D,
             "iterations": iterations,
             "input_shape": input_shape,
             "num_classes": num_classes,
@@ -321,6 +344,23 @@ class MatrixCapsNetNORB(CapsulePredictions, InputRangeCheck, keras.Model):
             config["spread_margin"] = keras.saving.deserialize_keras_object(config["spread_margin"])
         # A model saved before `tempering` existed routed with the paper's E-step.
         return cls(**{"tempering": 1.0, **config})
+
+
+def _size(letter, letter_value, name, value):
+    """A layer size given by its descriptive name or by the paper's letter, which wins."""
+    if letter_value is not None:
+        if value not in (32, letter_value):  # 32: the name's default, so not given
+            raise ValueError(
+                f"`{name}` and `{letter}` name the same size; give one. "
+                f"Received: {name}={value!r}, {letter}={letter_value!r}"
+            )
+        value = letter_value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"`{name}` (the paper's {letter}) must be a positive integer. "
+            f"Received: {name}={value!r}"
+        )
+    return value
 
 
 def _checked_margin(margin):

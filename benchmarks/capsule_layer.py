@@ -148,7 +148,7 @@ def _w_to_kernel(w, args):
 def build_ours(args, kernel):
     from keras_capsules.layers import CapsuleLayer
 
-    layer = CapsuleLayer(args.num_capsules, args.capsule_dim, routings=args.routings, name="ours")
+    layer = CapsuleLayer(args.num_capsules, args.capsule_dim, iterations=args.routings, name="ours")
     layer.build((None, args.num_inputs, args.input_dim))
     layer.kernel.assign(kernel)
     return layer, layer.kernel

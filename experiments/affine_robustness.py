@@ -169,7 +169,7 @@ def main(argv=None):
         capsnet = applications.CapsNetMNIST(
             input_shape=(40, 40, 1),
             conv_filters=args.conv_filters,
-            primary_capsules=args.primary_capsules,
+            primary_capsule_types=args.primary_capsules,
         )
         capsnet_result = train_and_test(
             "CapsNet", capsnet, stream(args.seed), args.minutes, args.max_steps, evaluate

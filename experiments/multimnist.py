@@ -104,8 +104,8 @@ def main(argv=None):
 
     model = applications.CapsNetMultiMNIST(
         conv_filters=args.conv_filters,
-        primary_capsules=args.primary_capsules,
-        routings=args.routings,
+        primary_capsule_types=args.primary_capsules,
+        iterations=args.routings,
         learning_rate=args.learning_rate,
     )
     log(

@@ -24,7 +24,7 @@ import applications  # noqa: E402
 from keras_capsules.datasets import mnist  # noqa: E402
 from keras_capsules.distribute import data_parallel  # noqa: E402
 
-SMALL = dict(conv_filters=16, primary_capsules=4, capsule_dim=8, decoder_units=(32,))
+SMALL = dict(conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_units=(32,))
 STEPS, BATCH = 4, 16
 
 

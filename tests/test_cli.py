@@ -23,7 +23,7 @@ TINY = [
     "200",
     "--conv-filters",
     "16",
-    "--primary-capsules",
+    "--primary-capsule-types",
     "4",
     "--batch-size",
     "50",
@@ -102,7 +102,7 @@ def test_export_command(tmp_path):
 
     import applications
 
-    model = applications.CapsNetMNIST(conv_filters=16, primary_capsules=4)
+    model = applications.CapsNetMNIST(conv_filters=16, primary_capsule_types=4)
     model.save(str(tmp_path / "m.keras"))
     assert cli.main(["export", str(tmp_path / "m.keras"), str(tmp_path / "sm")]) == 0
     assert cli.main(["export", str(tmp_path / "m.keras"), str(tmp_path / "sm")]) == 0
@@ -137,7 +137,7 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
         cli.main(["evaluate", str(tmp_path / "missing.keras")])
 
 
-EM_TINY = ["-A", "8", "-B", "2", "-C", "2", "-D", "2", "--routings", "2", "--verbose", "0"]
+EM_TINY = ["-A", "8", "-B", "2", "-C", "2", "-D", "2", "--iterations", "2", "--verbose", "0"]
 
 
 def test_train_matrix_capsnet_mnist(tmp_path):
@@ -190,7 +190,7 @@ def test_train_with_mixed_precision_and_data_parallel(tmp_path, precision):
     output = str(tmp_path / "run")
     args = ["train", "capsnet-mnist", "--output", output, "--train-size", "100"]
     args += ["--test-size", "50", "--batch-size", "50", "--conv-filters", "8"]
-    args += ["--primary-capsules", "2", "--verbose", "0", "--precision", precision]
+    args += ["--primary-capsule-types", "2", "--verbose", "0", "--precision", precision]
     assert cli.main(args + ["--distribute"]) == 0
     assert keras.mixed_precision.dtype_policy().name == "float32"  # restored afterwards
     metrics = json.load(open(os.path.join(output, "metrics.json")))
@@ -318,7 +318,7 @@ def test_an_unreadable_model_file_is_named(tmp_path):
     import applications
 
     path = str(tmp_path / "m.keras")
-    applications.CapsNetMNIST(conv_filters=16, primary_capsules=4).save(path)
+    applications.CapsNetMNIST(conv_filters=16, primary_capsule_types=4).save(path)
     data = open(path, "rb").read()
     open(path, "wb").write(data[: len(data) // 2])  # truncated, as by a full disk
     for command in (["export", path, str(tmp_path / "sm")], ["evaluate", path]):
@@ -364,3 +364,34 @@ def test_data_dirs_that_hold_no_data_are_one_line_errors(tmp_path, capsys, monke
             write_matrix(str(norb / smallnorb.FILES[split][kind]), array)
     with pytest.raises(SystemExit, match=r"norb holds no training images"):
         cli.main(["train", "matrix-capsnet-norb", "--data-dir", str(norb), *output])
+
+
+def test_renamed_train_options_keep_their_old_spellings():
+    from keras_capsules.cli import _parser
+
+    parser = _parser.build_parser()
+    old = parser.parse_args(
+        ["train", "capsnet-mnist", "--routings", "2", "--primary-capsules", "4"]
+    )
+    new = parser.parse_args(
+        ["train", "capsnet-mnist", "--iterations", "2", "--primary-capsule-types", "4"]
+    )
+    assert vars(old) == vars(new) and (new.iterations, new.primary_capsule_types) == (2, 4)
+
+
+def test_a_run_recorded_under_the_old_option_names_is_the_same_run(tmp_path):
+    from keras_capsules.cli import _parser
+    from keras_capsules.cli import _training
+
+    args = _parser.build_parser().parse_args(
+        ["train", "capsnet-mnist", "--iterations", "2", "--output", str(tmp_path)]
+    )
+    recorded = _training.run_config(args)
+    recorded["routings"] = recorded.pop("iterations")
+    recorded["primary_capsules"] = recorded.pop("primary_capsule_types")
+    (tmp_path / "run.json").write_text(json.dumps({"options": recorded}))
+    assert _training.previous_run(args) == 0  # not refused as another run
+    recorded["routings"] = 3
+    (tmp_path / "run.json").write_text(json.dumps({"options": recorded}))
+    with pytest.raises(SystemExit, match="--iterations 3 -> 2"):
+        _training.previous_run(args)

@@ -31,7 +31,7 @@ import applications
 data, output = np.load(sys.argv[1]), sys.argv[2]
 keras.utils.set_random_seed(0)
 model = applications.CapsNetMNIST(
-    conv_filters=16, primary_capsules=4, capsule_dim=8, decoder_units=(32,)
+    conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_units=(32,)
 )
 history = model.fit(data["x_train"], data["y_train"], batch_size=50, epochs=1, verbose=0)
 model.save(output + "/model.keras")

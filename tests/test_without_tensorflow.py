@@ -43,7 +43,7 @@ SCRIPT = textwrap.dedent(
 
     (x, y), _ = mnist.load_data()
     x, y = x[:64], y[:64]
-    capsnet = applications.CapsNetMNIST(conv_filters=16, primary_capsules=4)
+    capsnet = applications.CapsNetMNIST(conv_filters=16, primary_capsule_types=4)
     capsnet.compile(optimizer="adam")
     capsnet_loss = capsnet.fit(x, y, batch_size=32, epochs=1, verbose=0).history["loss"]
     em = applications.MatrixCapsNetNORB(

@@ -158,6 +158,10 @@ def _readable_backup(weights, metadata):
     return isinstance(epoch, int) and epoch >= 0
 
 
+_RENAMED_OPTIONS = {"routings": "iterations", "primary_capsules": "primary_capsule_types"}
+"""Options of earlier versions' `run.json`, by their names now."""
+
+
 def run_config(args):
     """The options of `args` that define the run, as `run.json` holds them."""
     options = {k: v for k, v in sorted(vars(args).items()) if k not in SESSION_OPTIONS}
@@ -188,6 +192,8 @@ def previous_run(args):
                 recorded = json.load(f)["options"]
         except (OSError, ValueError, KeyError, TypeError):
             recorded = None
+    if recorded is not None:  # options recorded under their old names
+        recorded = {_RENAMED_OPTIONS.get(k, k): v for k, v in recorded.items()}
     if recorded is not None and recorded != config:
         differing = sorted(
             k for k in set(config) | set(recorded) if config.get(k) != recorded.get(k)

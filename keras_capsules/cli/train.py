@@ -61,9 +61,21 @@ def add_parser(commands):
     train.add_argument(
         "--test-size", type=positive_int, default=None, help="evaluate on the first N"
     )
-    train.add_argument("--routings", type=positive_int, default=3, help="routing iterations")
+    train.add_argument(
+        "--iterations",
+        "--routings",  # its old name
+        type=positive_int,
+        default=3,
+        help="routing iterations",
+    )
     train.add_argument("--conv-filters", type=int, default=256, help="capsnet-mnist: Conv1")
-    train.add_argument("--primary-capsules", type=int, default=32, help="capsnet-mnist")
+    train.add_argument(
+        "--primary-capsule-types",
+        "--primary-capsules",  # its old name
+        type=int,
+        default=32,
+        help="capsnet-mnist",
+    )
     for letter, default in zip("ABCD", (32, 32, 32, 32)):
         train.add_argument(
             f"-{letter}",
@@ -129,9 +141,9 @@ def _build_model(args):
 
     if args.model == "capsnet-mnist":
         return applications.CapsNetMNIST(
-            routings=args.routings,
+            iterations=args.iterations,
             conv_filters=args.conv_filters,
-            primary_capsules=args.primary_capsules,
+            primary_capsule_types=args.primary_capsule_types,
             learning_rate=args.learning_rate or 1e-3,
         )
     mnist = args.model == "matrix-capsnet-mnist"
@@ -140,7 +152,7 @@ def _build_model(args):
         B=args.B,
         C=args.C,
         D=args.D,
-        iterations=args.routings,
+        iterations=args.iterations,
         input_shape=(28, 28, 1) if mnist else (32, 32, 2),
         num_classes=10 if mnist else 5,
         rescale=1.0 / 255.0 if mnist else None,

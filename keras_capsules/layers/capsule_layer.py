@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._deprecation import renamed
 from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
 from keras_capsules.routing._dynamic import route_by_agreement
@@ -12,14 +13,16 @@ class CapsuleLayer(keras.layers.Layer):
 
     Every input capsule `u_i` predicts every output capsule through its own
     transformation matrix: `u_hat[j|i] = W[i, j] @ u_i`; the predictions are
-    combined by `routings` iterations of routing by agreement
+    combined by `iterations` iterations of routing by agreement
     (`keras_capsules.routing.dynamic_routing`). The votes are one batched
     matrix product of the inputs with `W` (no tiling of inputs or weights).
 
     Args:
-        num_capsules: number of output capsules (10 for MNIST).
+        capsule_types: number of output capsules (10 for MNIST), each a type
+            of its own (formerly `num_capsules`).
         capsule_dim: dimensions of each output capsule (16).
-        routings: routing iterations, a positive integer (3).
+        iterations: routing iterations, a positive integer (3; formerly
+            `routings`).
         share_weights: if `False` (default, as the official code), each input
             capsule has its own `W[i, j]`; if `True`, one `W[j]` is shared by
             all input capsules, and the layer accepts any number of inputs.
@@ -42,15 +45,15 @@ class CapsuleLayer(keras.layers.Layer):
         inputs: input capsules, shape `(batch, num_inputs, input_dim)`.
         return_coupling: if `True`, return `(outputs, coupling)` where
             `coupling` holds the coefficients of the last routing iteration,
-            shape `(batch, num_inputs, num_capsules)`.
+            shape `(batch, num_inputs, capsule_types)`.
 
     Returns:
-        Output capsules of shape `(batch, num_capsules, capsule_dim)`.
+        Output capsules of shape `(batch, capsule_types, capsule_dim)`.
 
     Example:
 
     >>> import numpy as np
-    >>> layer = CapsuleLayer(num_capsules=10, capsule_dim=16, routings=3)
+    >>> layer = CapsuleLayer(capsule_types=10, capsule_dim=16, iterations=3)
     >>> tuple(layer(np.zeros((4, 1152, 8), "float32")).shape)
     (4, 10, 16)
 
@@ -60,9 +63,9 @@ class CapsuleLayer(keras.layers.Layer):
 
     def __init__(
         self,
-        num_capsules,
-        capsule_dim,
-        routings=3,
+        capsule_types=None,
+        capsule_dim=None,
+        iterations=3,
         share_weights=False,
         stop_gradient=False,
         kernel_initializer=None,
@@ -70,13 +73,17 @@ class CapsuleLayer(keras.layers.Layer):
         gradient="auto",
         **kwargs,
     ):
+        capsule_types = renamed(
+            kwargs, "num_capsules", "capsule_types", capsule_types, "CapsuleLayer"
+        )
+        iterations = renamed(kwargs, "routings", "iterations", iterations, "CapsuleLayer")
         super().__init__(**kwargs)
-        check_positive_int("num_capsules", num_capsules)
+        check_positive_int("capsule_types", capsule_types)
         check_positive_int("capsule_dim", capsule_dim)
-        check_positive_int("routings", routings)
-        self.num_capsules = num_capsules
+        check_positive_int("iterations", iterations)
+        self.capsule_types = capsule_types
         self.capsule_dim = capsule_dim
-        self.routings = routings
+        self.iterations = iterations
         self.share_weights = bool(share_weights)
         self.stop_gradient = bool(stop_gradient)
         check_gradient_method(gradient, self.stop_gradient)
@@ -99,7 +106,7 @@ class CapsuleLayer(keras.layers.Layer):
                 "CapsuleLayer with share_weights=False needs a known number of input "
                 f"capsules. Received: input_shape={input_shape}"
             )
-        outputs = self.num_capsules * self.capsule_dim
+        outputs = self.capsule_types * self.capsule_dim
         shape = (input_dim, outputs) if self.share_weights else (num_inputs, input_dim, outputs)
         self.kernel = self.add_weight(
             name="kernel",
@@ -127,13 +134,13 @@ class CapsuleLayer(keras.layers.Layer):
         kernel = ops.cast(self.kernel, self.compute_dtype)
         batch, num_inputs = ops.shape(inputs)[0], ops.shape(inputs)[1]
         flat = ops.matmul(ops.transpose(inputs, (1, 0, 2)), kernel)
-        return ops.reshape(flat, (num_inputs, batch, self.num_capsules, self.capsule_dim))
+        return ops.reshape(flat, (num_inputs, batch, self.capsule_types, self.capsule_dim))
 
     def call(self, inputs, return_coupling=False):
         outputs, coupling = route_by_agreement(
             self._votes(inputs),
             inputs_first=True,
-            routings=self.routings,
+            iterations=self.iterations,
             stop_gradient=self.stop_gradient,
             return_coupling=return_coupling,
             gradient=self.gradient,
@@ -141,15 +148,15 @@ class CapsuleLayer(keras.layers.Layer):
         return (outputs, coupling) if return_coupling else outputs
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_capsules, self.capsule_dim)
+        return (input_shape[0], self.capsule_types, self.capsule_dim)
 
     def get_config(self):
         config = super().get_config()
         config.update(
             {
-                "num_capsules": self.num_capsules,
+                "capsule_types": self.capsule_types,
                 "capsule_dim": self.capsule_dim,
-                "routings": self.routings,
+                "iterations": self.iterations,
                 "share_weights": self.share_weights,
                 "stop_gradient": self.stop_gradient,
                 "gradient": self.gradient,

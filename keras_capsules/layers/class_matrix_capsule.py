@@ -3,6 +3,7 @@ import numpy as np
 from keras import ops
 
 from keras_capsules import routing
+from keras_capsules._deprecation import renamed
 from keras_capsules._validation import check_capsule_inputs
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
@@ -26,7 +27,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
     gives each class a pose and an activation.
 
     Args:
-        num_classes: number of class capsules.
+        capsule_types: number of class capsules, one type per class
+            (formerly `num_classes`).
         iterations: EM iterations, a positive integer (3).
         coordinate_addition: add the children's positions to their votes.
         inverse_temperature: final inverse temperature `lambda` of routing.
@@ -36,7 +38,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
         inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`,
             see `keras_capsules.routing.inverse_temperatures`.
         kernel_initializer: initializer of `W`, shape
-            `(input_types, num_classes, 4, 4)`. Default: truncated normal with
+            `(input_types, capsule_types, 4, 4)`. Default: truncated normal with
             standard deviation 0.5.
         kernel_regularizer: optional regularizer of `W`.
         **kwargs: base layer arguments such as `name` and `dtype`.
@@ -45,17 +47,17 @@ class ClassMatrixCapsule(keras.layers.Layer):
         inputs: `(poses, activations)`: `(batch, height, width, input_types,
             16)` and `(batch, height, width, input_types)`.
         return_responsibilities: if `True`, also return `R` of the last
-            E-step, `(batch, height, width, input_types, num_classes)`,
+            E-step, `(batch, height, width, input_types, capsule_types)`,
             summing to 1 over classes.
 
     Returns:
-        `(poses, activations)`: `(batch, num_classes, 16)` and
-        `(batch, num_classes)`, activations in (0, 1).
+        `(poses, activations)`: `(batch, capsule_types, 16)` and
+        `(batch, capsule_types)`, activations in (0, 1).
 
     Example:
 
     >>> import numpy as np
-    >>> layer = ClassMatrixCapsule(num_classes=5)
+    >>> layer = ClassMatrixCapsule(capsule_types=5)
     >>> poses, acts = layer((np.zeros((2, 4, 4, 16, 16), "float32"),
     ...                      np.ones((2, 4, 4, 16), "float32")))
     >>> tuple(poses.shape), tuple(acts.shape)
@@ -68,7 +70,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
 
     def __init__(
         self,
-        num_classes,
+        capsule_types=None,
         iterations=3,
         coordinate_addition=True,
         inverse_temperature=routing.INVERSE_TEMPERATURE,
@@ -79,8 +81,11 @@ class ClassMatrixCapsule(keras.layers.Layer):
         kernel_regularizer=None,
         **kwargs,
     ):
+        capsule_types = renamed(
+            kwargs, "num_classes", "capsule_types", capsule_types, "ClassMatrixCapsule"
+        )
         super().__init__(**kwargs)
-        check_positive_int("num_classes", num_classes)
+        check_positive_int("capsule_types", capsule_types)
         check_positive_int("iterations", iterations)
         check_positive("inverse_temperature", inverse_temperature)
         check_positive("variance_epsilon", variance_epsilon)
@@ -88,7 +93,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
         check_choice(
             "inverse_temperature_schedule", inverse_temperature_schedule, _em_defaults.SCHEDULES
         )
-        self.num_classes = num_classes
+        self.capsule_types = capsule_types
         self.iterations = iterations
         self.coordinate_addition = bool(coordinate_addition)
         self.inverse_temperature = float(inverse_temperature)
@@ -110,12 +115,16 @@ class ClassMatrixCapsule(keras.layers.Layer):
         self._offsets = offsets.reshape(-1, 16)
         self.kernel = self.add_weight(
             name="kernel",
-            shape=(input_types, self.num_classes, 4, 4),
+            shape=(input_types, self.capsule_types, 4, 4),
             initializer=self.kernel_initializer,
             regularizer=self.kernel_regularizer,
         )
-        self.beta_v = self.add_weight(name="beta_v", shape=(self.num_classes,), initializer="zeros")
-        self.beta_a = self.add_weight(name="beta_a", shape=(self.num_classes,), initializer="zeros")
+        self.beta_v = self.add_weight(
+            name="beta_v", shape=(self.capsule_types,), initializer="zeros"
+        )
+        self.beta_a = self.add_weight(
+            name="beta_a", shape=(self.capsule_types,), initializer="zeros"
+        )
 
     def call(self, inputs, return_responsibilities=False):
         poses, activations = inputs
@@ -125,7 +134,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
         poses = ops.reshape(ops.cast(poses, "float32"), (batch, height * width, types, 4, 4))
         kernel = ops.cast(self.kernel, "float32")
         votes = ops.einsum("bpikl,ijlm->bjpikm", poses, kernel)
-        votes = ops.reshape(votes, (batch, self.num_classes, num_inputs, 16))
+        votes = ops.reshape(votes, (batch, self.capsule_types, num_inputs, 16))
         if self.coordinate_addition:
             votes = votes + ops.convert_to_tensor(self._offsets)
         child_activations = ops.reshape(ops.cast(activations, "float32"), (batch, 1, num_inputs))
@@ -137,7 +146,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
             self.iterations,
             self.inverse_temperature,
             self.variance_epsilon,
-            initial_responsibility=1.0 / self.num_classes,
+            initial_responsibility=1.0 / self.capsule_types,
             log_normalize=_positions.normalize_over_outputs,
             tempering=self.tempering,
             schedule=self.inverse_temperature_schedule,
@@ -147,22 +156,24 @@ class ClassMatrixCapsule(keras.layers.Layer):
         if not return_responsibilities:
             return out_poses, out_activations
         if resp is None:
-            resp = ops.full((batch, height, width, types, self.num_classes), 1.0 / self.num_classes)
+            resp = ops.full(
+                (batch, height, width, types, self.capsule_types), 1.0 / self.capsule_types
+            )
         else:
             resp = ops.transpose(resp[:, 0], (0, 2, 1))
-            resp = ops.reshape(resp, (batch, height, width, types, self.num_classes))
+            resp = ops.reshape(resp, (batch, height, width, types, self.capsule_types))
         return out_poses, out_activations, resp
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True)
         batch = poses_shape[0]
-        return (batch, self.num_classes, 16), (batch, self.num_classes)
+        return (batch, self.capsule_types, 16), (batch, self.capsule_types)
 
     def get_config(self):
         config = super().get_config()
         config.update(
             {
-                "num_classes": self.num_classes,
+                "capsule_types": self.capsule_types,
                 "iterations": self.iterations,
                 "coordinate_addition": self.coordinate_addition,
                 "inverse_temperature": self.inverse_temperature,

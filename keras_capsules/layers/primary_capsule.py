@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._deprecation import renamed
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
 
@@ -9,13 +10,14 @@ from keras_capsules.ops import squash
 class PrimaryCapsule(keras.layers.Layer):
     """Convolutional primary capsules: a convolution reshaped into squashed capsules.
 
-    A 2D convolution with `num_capsules * capsule_dim` filters; at every output
-    position its channels are split into `num_capsules` capsule types of
+    A 2D convolution with `capsule_types * capsule_dim` filters; at every output
+    position its channels are split into `capsule_types` capsule types of
     `capsule_dim` dimensions, and each capsule is squashed. The capsules of all
     positions are returned as one flat list, position-major then type.
 
     Args:
-        num_capsules: number of capsule types (32 in the paper).
+        capsule_types: number of capsule types (32 in the paper; formerly
+            `num_capsules`).
         capsule_dim: dimensions of each capsule (8 in the paper).
         kernel_size: int or tuple of 2 ints, the convolution's window (9).
         strides: int or tuple of 2 ints (2).
@@ -29,12 +31,12 @@ class PrimaryCapsule(keras.layers.Layer):
         inputs: feature maps, shape `(batch, height, width, channels)`.
 
     Returns:
-        Capsules of shape `(batch, out_height * out_width * num_capsules, capsule_dim)`.
+        Capsules of shape `(batch, out_height * out_width * capsule_types, capsule_dim)`.
 
     Example:
 
     >>> import numpy as np
-    >>> layer = PrimaryCapsule(num_capsules=32, capsule_dim=8, kernel_size=9, strides=2)
+    >>> layer = PrimaryCapsule(capsule_types=32, capsule_dim=8, kernel_size=9, strides=2)
     >>> tuple(layer(np.zeros((2, 20, 20, 256), "float32")).shape)
     (2, 1152, 8)
 
@@ -45,9 +47,9 @@ class PrimaryCapsule(keras.layers.Layer):
 
     def __init__(
         self,
-        num_capsules,
-        capsule_dim,
-        kernel_size,
+        capsule_types=None,
+        capsule_dim=None,
+        kernel_size=None,
         strides=1,
         padding="valid",
         kernel_initializer="lecun_normal",
@@ -55,12 +57,15 @@ class PrimaryCapsule(keras.layers.Layer):
         kernel_regularizer=None,
         **kwargs,
     ):
+        capsule_types = renamed(
+            kwargs, "num_capsules", "capsule_types", capsule_types, "PrimaryCapsule"
+        )
         super().__init__(**kwargs)
-        check_positive_int("num_capsules", num_capsules)
+        check_positive_int("capsule_types", capsule_types)
         check_positive_int("capsule_dim", capsule_dim)
         if padding not in ("valid", "same"):
             raise ValueError(f'`padding` must be "valid" or "same". Received: padding={padding!r}')
-        self.num_capsules = num_capsules
+        self.capsule_types = capsule_types
         self.capsule_dim = capsule_dim
         self.kernel_size = kernel_size
         self.strides = strides
@@ -70,7 +75,7 @@ class PrimaryCapsule(keras.layers.Layer):
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.input_spec = keras.layers.InputSpec(ndim=4)
         self.conv = keras.layers.Conv2D(
-            self.num_capsules * self.capsule_dim,
+            self.capsule_types * self.capsule_dim,
             self.kernel_size,
             strides=self.strides,
             padding=self.padding,
@@ -93,20 +98,20 @@ class PrimaryCapsule(keras.layers.Layer):
         features = self.conv(inputs)
         shape = ops.shape(features)
         capsules = ops.reshape(
-            features, (shape[0], shape[1] * shape[2] * self.num_capsules, self.capsule_dim)
+            features, (shape[0], shape[1] * shape[2] * self.capsule_types, self.capsule_dim)
         )
         return squash(capsules, axis=-1)
 
     def compute_output_shape(self, input_shape):
         _, height, width, _ = self.conv.compute_output_shape(input_shape)
-        count = None if height is None or width is None else height * width * self.num_capsules
+        count = None if height is None or width is None else height * width * self.capsule_types
         return (input_shape[0], count, self.capsule_dim)
 
     def get_config(self):
         config = super().get_config()
         config.update(
             {
-                "num_capsules": self.num_capsules,
+                "capsule_types": self.capsule_types,
                 "capsule_dim": self.capsule_dim,
                 "kernel_size": self.kernel_size,
                 "strides": self.strides,

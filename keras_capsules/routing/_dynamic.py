@@ -6,6 +6,7 @@ from keras_capsules._autodiff import recompute_gradient
 from keras_capsules._autodiff import supports_recompute_gradient
 from keras_capsules._autodiff import vjp
 from keras_capsules._autodiff import with_gradient
+from keras_capsules._deprecation import renamed
 from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
@@ -14,10 +15,12 @@ from keras_capsules.routing._contract import contract_inputs
 from keras_capsules.routing._contract import contract_pose
 
 
-def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=False, gradient="auto"):
+def dynamic_routing(
+    votes, iterations=3, stop_gradient=False, return_coupling=False, gradient="auto", **kwargs
+):
     """Dynamic routing between capsules (Sabour et al. 2017, Procedure 1).
 
-    Starting from logits `b[i, j] = 0`, each of the `routings` iterations
+    Starting from logits `b[i, j] = 0`, each of the `iterations` routing iterations
     computes the coupling coefficients `c[i, :] = softmax(b[i, :])` (a softmax
     over the *output* capsules `j`, separately for every input capsule `i`),
     the weighted sums `s[j] = sum_i c[i, j] * votes[i, j]`, the outputs
@@ -31,7 +34,8 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
     Args:
         votes: prediction vectors `u_hat[j|i]`, shape
             `(batch, num_inputs, num_outputs, output_dim)`.
-        routings: number of routing iterations, a positive integer.
+        iterations: number of routing iterations, a positive integer
+            (formerly `routings`).
         stop_gradient: if `True`, the iterations before the last one see the
             votes through `stop_gradient`, so that gradients reach the votes
             only through the final weighted sum (as some re-implementations
@@ -56,14 +60,17 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
 
     >>> import numpy as np
     >>> votes = np.random.normal(size=(2, 1152, 10, 16)).astype("float32")
-    >>> tuple(dynamic_routing(votes, routings=3).shape)
+    >>> tuple(dynamic_routing(votes, iterations=3).shape)
     (2, 10, 16)
 
     Reference:
         Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
         arXiv:1710.09829.
     """
-    check_positive_int("routings", routings)
+    iterations = renamed(kwargs, "routings", "iterations", iterations, "dynamic_routing")
+    if kwargs:
+        raise TypeError(f"dynamic_routing() got unexpected keyword arguments: {sorted(kwargs)}")
+    check_positive_int("iterations", iterations)
     if len(votes.shape) != 4:
         raise ValueError(
             "`votes` must have shape (batch, num_inputs, num_outputs, output_dim). "
@@ -71,7 +78,7 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
         )
     votes = ops.convert_to_tensor(votes)
     outputs, coupling = route_by_agreement(
-        ops.transpose(votes, (0, 2, 1, 3)), routings, stop_gradient, return_coupling, gradient
+        ops.transpose(votes, (0, 2, 1, 3)), iterations, stop_gradient, return_coupling, gradient
     )
     if not return_coupling:
         return outputs
@@ -80,7 +87,7 @@ def dynamic_routing(votes, routings=3, stop_gradient=False, return_coupling=Fals
 
 def route_by_agreement(
     votes,
-    routings=3,
+    iterations=3,
     stop_gradient=False,
     return_coupling=False,
     gradient="auto",
@@ -95,7 +102,7 @@ def route_by_agreement(
 
     `gradient` chooses how the gradient reaches the votes, as `em_route`'s:
     `"autodiff"` differentiates the iterations automatically, which writes one
-    gradient of the votes' size per contraction (five for 3 routings) and adds
+    gradient of the votes' size per contraction (five for 3 iterations) and adds
     them up; `"structured"` forms it as one batched matrix product
     (`_structured_agreement`). `"auto"` (default) is `"structured"` on the
     TensorFlow and JAX backends without `stop_gradient`, and `"autodiff"`
@@ -122,7 +129,7 @@ def route_by_agreement(
         gradient = (
             "structured" if supports_recompute_gradient() and not stop_gradient else "autodiff"
         )
-    if routings == 1:
+    if iterations == 1:
         gradient = "autodiff"  # one uniform sum: nothing to structure
     dtype = ops.dtype(votes)
     if dtype in LOW_PRECISION:
@@ -130,9 +137,9 @@ def route_by_agreement(
     if inputs_first and gradient != "structured":
         votes, inputs_first = ops.transpose(votes, _TO_ROUTING_LAYOUT), False
     if gradient == "structured":
-        outputs, coupling = _structured_agreement(routings, inputs_first)(votes)
+        outputs, coupling = _structured_agreement(iterations, inputs_first)(votes)
     else:
-        outputs, coupling = _agreement_iterations(votes, routings, stop_gradient)
+        outputs, coupling = _agreement_iterations(votes, iterations, stop_gradient)
     if dtype in LOW_PRECISION:
         outputs = ops.cast(outputs, dtype)
     if not return_coupling:
@@ -168,14 +175,14 @@ def _agreement_contractions(votes, inner_votes=None, record=None):
     return uniform_sum, weighted_sum, agreement
 
 
-def _agreement_iterations(votes, routings, stop_gradient):
+def _agreement_iterations(votes, iterations, stop_gradient):
     """Procedure 1 on the votes, differentiated automatically."""
     inner_votes = ops.stop_gradient(votes) if stop_gradient else votes
     contractions = _agreement_contractions(votes, inner_votes)
-    return routing_loop(*contractions, routings)
+    return routing_loop(*contractions, iterations)
 
 
-def _structured_agreement(routings, inputs_first=False):
+def _structured_agreement(iterations, inputs_first=False):
     """Procedure 1 on the votes, with the votes' gradient as one batched product.
 
     The votes `V` enter routing only through contractions with small
@@ -207,7 +214,7 @@ def _structured_agreement(routings, inputs_first=False):
             saved.append(x)
             return x
 
-        outputs, coupling = routing_loop(*_agreement_contractions(votes, record=record), routings)
+        outputs, coupling = routing_loop(*_agreement_contractions(votes, record=record), iterations)
         return (outputs, coupling), (saved + [votes] if inputs_first else saved)
 
     def backward(args, saved, upstream):
@@ -242,7 +249,7 @@ def _structured_agreement(routings, inputs_first=False):
                 (a,) = with_gradient((saved[k],), (votes,), (outputs,), agreement_gradient)
                 return a + probes[k]
 
-            results = routing_loop(uniform_sum, weighted_sum, agreement, routings)
+            results = routing_loop(uniform_sum, weighted_sum, agreement, iterations)
             return results, factors
 
         # Distinct tensors: a backend may add up the gradients of a repeated one.
@@ -261,7 +268,7 @@ def _structured_agreement(routings, inputs_first=False):
     return recompute_gradient(forward, backward)
 
 
-def routing_loop(uniform_sum, weighted_sum, agreement, routings):
+def routing_loop(uniform_sum, weighted_sum, agreement, iterations):
     """The iterations of Procedure 1, independent of how the votes are stored.
 
     The contractions are supplied by the caller, so that the forward pass and
@@ -281,8 +288,8 @@ def routing_loop(uniform_sum, weighted_sum, agreement, routings):
     """
     logits = None
     coupling = None
-    for iteration in range(routings):
-        last = iteration == routings - 1
+    for iteration in range(iterations):
+        last = iteration == iterations - 1
         if logits is None:
             weighted = uniform_sum(last)
         else:

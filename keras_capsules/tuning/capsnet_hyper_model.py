@@ -150,5 +150,8 @@ class CapsNetHyperModel(CapsuleHyperModel):
             stop_gradient=self.stop_gradient,
             decoder_units=self.decoder_units if values["reconstruction_weight"] else None,
             decay_steps=self.decay_steps,
+            # The search space keeps its names, so that earlier searches resume.
+            iterations=values.pop("routings"),
+            primary_capsule_types=values.pop("primary_capsules"),
             **values,
         )

@@ -55,7 +55,7 @@ def couplings(model, x, reduce="mean"):
     capsules = encoder(x, training=False)
     _, coupling = routed(capsules, return_coupling=True)
     coupling = np.asarray(keras.ops.convert_to_numpy(coupling), dtype="float32")[0]
-    coupling = coupling.reshape((height, width, primary.num_capsules, coupling.shape[-1]))
+    coupling = coupling.reshape((height, width, primary.capsule_types, coupling.shape[-1]))
     return coupling.mean(axis=2) if reduce == "mean" else coupling.sum(axis=2)
 
 

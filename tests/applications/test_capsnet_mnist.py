@@ -13,7 +13,7 @@ from keras_capsules.losses import MarginLoss
 from keras_capsules.losses import ReconstructionLoss
 from tests.conftest import requires_tensorflow
 
-SMALL = dict(conv_filters=16, primary_capsules=4, capsule_dim=8, decoder_units=(32,))
+SMALL = dict(conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_units=(32,))
 
 
 def test_paper_model_has_8215568_parameters():
@@ -89,7 +89,7 @@ def test_fit_takes_integer_or_one_hot_labels(one_hot):
 
 
 def test_keras_round_trip_needs_no_custom_objects(tmp_path):
-    model = applications.CapsNetMNIST(**SMALL, routings=2)
+    model = applications.CapsNetMNIST(**SMALL, iterations=2)
     x = np.random.default_rng(3).integers(0, 256, size=(4, 28, 28, 1)).astype("float32")
     model.fit(x, np.arange(4), epochs=1, verbose=0)
     path = str(tmp_path / "capsnet.keras")
@@ -117,7 +117,7 @@ def test_mixed_precision_forward_is_finite(mixed_precision):
     "kwargs, match",
     [
         ({"input_shape": (28, 28)}, "input_shape"),
-        ({"routings": 0}, "routings"),
+        ({"iterations": 0}, "iterations"),
         ({"num_classes": 0}, "num_classes"),
         ({"reconstruction_weight": -1}, "reconstruction_weight"),
     ],
@@ -164,7 +164,7 @@ def test_learns_real_mnist(mnist_data):
     most used Keras implementation does) is still near chance after 60 steps.
     """
     (x_train, y_train), (x_test, y_test) = mnist_data
-    model = applications.CapsNetMNIST(conv_filters=64, primary_capsules=16)
+    model = applications.CapsNetMNIST(conv_filters=64, primary_capsule_types=16)
     model.fit(x_train[:3000], y_train[:3000], batch_size=50, epochs=1, verbose=0)
     accuracy = model.evaluate(x_test[:1000], y_test[:1000], verbose=0, return_dict=True)["accuracy"]
     assert accuracy >= 0.75, accuracy

@@ -8,7 +8,7 @@ from keras_capsules.datasets import multimnist
 from keras_capsules.losses import MarginLoss
 from keras_capsules.losses import ReconstructionLoss
 
-SMALL = dict(conv_filters=16, primary_capsules=4, capsule_dim=8, decoder_units=(32,))
+SMALL = dict(conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_units=(32,))
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from keras_capsules.serving import latest_version_dir
 from tests.conftest import BACKEND
 from tests.conftest import requires_tensorflow
 
-SMALL = dict(conv_filters=16, primary_capsules=4, capsule_dim=8, decoder_units=(32,))
+SMALL = dict(conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_units=(32,))
 TINY_EM = dict(A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3)
 
 

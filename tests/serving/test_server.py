@@ -61,7 +61,7 @@ def served(tmp_path_factory, mnist_data):
     (x_train, y_train), (x_test, y_test) = mnist_data
     keras.utils.set_random_seed(11)
     model = applications.CapsNetMNIST(
-        conv_filters=32, primary_capsules=8, capsule_dim=8, decoder_units=(64,)
+        conv_filters=32, primary_capsule_types=8, capsule_dim=8, decoder_units=(64,)
     )
     model.fit(x_train[:2000], y_train[:2000], batch_size=50, epochs=1, verbose=0)
     root = tmp_path_factory.mktemp("serve")

@@ -11,6 +11,9 @@ from tests.tuning.helpers import TINY_CAPSNET
 from tests.tuning.helpers import FitRecorder
 from tests.tuning.helpers import fixed
 
+# The search space's names of the models' arguments.
+ARGUMENT = {"routings": "iterations", "primary_capsules": "primary_capsule_types"}
+
 
 def shifts(image, max_shift):
     """`image` shifted by every offset of up to `max_shift` pixels, zero padded."""
@@ -55,7 +58,7 @@ def test_defaults_are_the_papers_settings():
     signature = inspect.signature(applications.CapsNetMNIST).parameters
     for name, value in defaults.items():
         if name != "max_shift":
-            assert value == signature[name].default, name
+            assert value == signature[ARGUMENT.get(name, name)].default, name
     assert defaults["max_shift"] == 2  # shifts of up to 2 pixels, as the paper
     assert CapsNetHyperModel.objectives()[:2] == ("loss", "accuracy")
     assert "val_accuracy" in CapsNetHyperModel.objectives()
@@ -87,7 +90,7 @@ def test_build_follows_the_hyperparameters():
     model = hypermodel.build(fixed(**TINY_CAPSNET, **hp.values))
     config = model.get_config()
     for name, value in {**TINY_CAPSNET, "routings": 1, "decay_rate": 1.0}.items():
-        assert config[name] == value, name
+        assert config[ARGUMENT.get(name, name)] == value, name
     assert model.decoder is None and config["decoder_units"] is None  # weight 0: no decoder
     assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(5e-3)
     model = hypermodel.build(fixed(**TINY_CAPSNET, reconstruction_weight=2e-3))

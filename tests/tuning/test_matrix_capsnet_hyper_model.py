@@ -14,6 +14,12 @@ from tests.tuning.helpers import fixed
 MNIST = {"input_shape": (28, 28, 1), "num_classes": 10, "rescale": 1 / 255}
 
 
+# The search space's names of the models' arguments.
+ARGUMENT = dict(
+    A="conv_filters", B="primary_capsule_types", C="conv_caps1_types", D="conv_caps2_types"
+)
+
+
 def test_search_space_ranges():
     space = {hp.name: hp for hp in MatrixCapsNetHyperModel().search_space().space}
     assert (space["iterations"].min_value, space["iterations"].max_value) == (1, 5)
@@ -40,7 +46,7 @@ def test_defaults_are_the_papers_settings():
     defaults = MatrixCapsNetHyperModel().search_space().values
     signature = inspect.signature(applications.MatrixCapsNetNORB).parameters
     for name in ("iterations", "A", "B", "C", "D", "learning_rate", "decay_rate", "tempering"):
-        assert defaults[name] == signature[name].default, name
+        assert defaults[name] == signature[ARGUMENT.get(name, name)].default, name
     assert defaults["inverse_temperature"] == routing.INVERSE_TEMPERATURE
     schedule = inspect.signature(SpreadMarginSchedule).parameters
     assert defaults["margin_start"] == schedule["start"].default == 0.2
@@ -76,7 +82,7 @@ def test_build_follows_the_hyperparameters():
     model = hypermodel.build(hp)
     config = model.get_config()
     for name, value in {**TINY_MATRIX, "inverse_temperature": 0.05, "tempering": 0.3}.items():
-        assert config[name] == value, name
+        assert config[ARGUMENT.get(name, name)] == value, name
     assert config["normalization"] == "positions"
     assert config["input_shape"] == (28, 28, 1) and config["rescale"] == 1 / 255
     assert model.get_layer("conv_caps2").inverse_temperature == 0.05

@@ -22,7 +22,7 @@ def tiny(input_shape=(28, 28, 1), decoder_units=(32,)):
     return applications.CapsNetMNIST(
         input_shape=input_shape,
         conv_filters=16,
-        primary_capsules=4,
+        primary_capsule_types=4,
         capsule_dim=16,
         decoder_units=decoder_units,
         compile=False,
