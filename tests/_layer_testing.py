@@ -20,8 +20,29 @@ from keras import ops
 MIXED_PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16")
 
 
-def _shape(x):
-    return tuple(None if d is None else int(d) for d in x.shape)
+def _is_shape(x):
+    return isinstance(x, (tuple, list)) and all(
+        d is None or isinstance(d, (int, np.integer)) for d in x
+    )
+
+
+def _shapes(structure):
+    """The shape of a tensor, an array or a shape, or a list of those of a tuple / list of them."""
+    if isinstance(structure, (tuple, list)) and not _is_shape(structure):
+        return [_shapes(x) for x in structure]
+    shape = structure if _is_shape(structure) else structure.shape
+    return tuple(None if d is None else int(d) for d in shape)
+
+
+def _without_batch(shapes):
+    if isinstance(shapes, list):
+        return [_without_batch(s) for s in shapes]
+    return (None,) + shapes[1:]
+
+
+def _assert_shapes(what, got, expected):
+    got, expected = _shapes(got), _shapes(expected)
+    assert got == expected, f"{what}: shape {got}, expected {expected}"
 
 
 def _structure(data, fn):
@@ -35,32 +56,12 @@ def _flat(data):
     return list(data) if isinstance(data, (tuple, list)) else [data]
 
 
-def _numpy(x):
-    return ops.convert_to_numpy(ops.cast(x, "float32")) if _is_float(x) else ops.convert_to_numpy(x)
-
-
 def _is_float(x):
     return "float" in keras.backend.standardize_dtype(x.dtype)
 
 
-def _check_shapes(what, got, expected):
-    got = [tuple(s) for s in _flat(got)] if _nested(expected) else tuple(got)
-    want = [tuple(s) for s in expected] if _nested(expected) else tuple(expected)
-    assert got == want, f"{what}: shape {got}, expected {want}"
-
-
-def _nested(shape):
-    return isinstance(shape, (tuple, list)) and bool(shape) and isinstance(shape[0], (tuple, list))
-
-
-def _output_shapes(outputs, expected):
-    return [_shape(x) for x in _flat(outputs)] if _nested(expected) else _shape(outputs)
-
-
-def _without_batch(expected):
-    if _nested(expected):
-        return [(None,) + tuple(s[1:]) for s in expected]
-    return (None,) + tuple(expected[1:])
+def _numpy(x):
+    return ops.convert_to_numpy(ops.cast(x, "float32")) if _is_float(x) else ops.convert_to_numpy(x)
 
 
 def run_layer_test(
@@ -113,7 +114,7 @@ def run_layer_test(
         The outputs of check 3, as NumPy arrays (a list for several outputs).
     """
     call_kwargs = dict(call_kwargs or {})
-    input_shapes = _structure(input_data, _shape)
+    input_shapes = _structure(input_data, _shapes)
 
     # 1. Configuration round trips.
     layer = layer_cls(**init_kwargs)
@@ -125,14 +126,15 @@ def run_layer_test(
     assert revived.get_config() == config, "serialize / deserialize changed the config"
 
     # 2. The shape without building.
-    shape = layer.compute_output_shape(input_shapes)
-    _check_shapes("compute_output_shape", shape, expected_output_shape)
+    _assert_shapes(
+        "compute_output_shape", layer.compute_output_shape(input_shapes), expected_output_shape
+    )
     assert not layer.built and not layer.weights, "compute_output_shape built the layer"
 
     # 3. An eager call.
     layer = layer_cls(**init_kwargs)
     outputs = layer(input_data, **call_kwargs)
-    _check_shapes("call", _output_shapes(outputs, expected_output_shape), expected_output_shape)
+    _assert_shapes("call", outputs, expected_output_shape)
     for x in _flat(outputs):
         if _is_float(x):
             assert keras.backend.standardize_dtype(x.dtype) == layer.compute_dtype, x.dtype
@@ -149,11 +151,7 @@ def run_layer_test(
         lambda x: keras.Input(x.shape[1:], dtype=keras.backend.standardize_dtype(x.dtype)),
     )
     symbolic = layer(inputs, **call_kwargs)
-    _check_shapes(
-        "symbolic call",
-        _output_shapes(symbolic, expected_output_shape),
-        _without_batch(expected_output_shape),
-    )
+    _assert_shapes("symbolic call", symbolic, _without_batch(_shapes(expected_output_shape)))
 
     # 5. A `.keras` round trip of the layer in a functional model.
     model = keras.Model(_flat(inputs), symbolic)
@@ -201,4 +199,4 @@ def run_layer_test(
             if "float" in weight.dtype:
                 assert weight.dtype == "float32", f"{policy}: {weight.path} is {weight.dtype}"
 
-    return eager_outputs if _nested(expected_output_shape) else eager_outputs[0]
+    return eager_outputs if isinstance(outputs, (tuple, list)) else eager_outputs[0]

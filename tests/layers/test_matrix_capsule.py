@@ -103,10 +103,7 @@ def test_shapes_and_output_shape():
     layer = MatrixCapsule(16, 3, 2)
     shapes = [(None, 14, 14, 8, 16), (None, 14, 14, 8)]
     assert layer.compute_output_shape(shapes) == ((None, 6, 6, 16, 16), (None, 6, 6, 16))
-    poses, acts = layer(
-        (np.zeros((2, 14, 14, 8, 16), "float32"), np.ones((2, 14, 14, 8), "float32"))
-    )
-    assert poses.shape == (2, 6, 6, 16, 16) and acts.shape == (2, 6, 6, 16)
+    layer.build(shapes)  # that a call's outputs have those shapes, run_layer_test checks
     assert layer.kernel.shape == (72, 16, 4, 4)  # one W per kernel position and type pair
 
 
@@ -133,9 +130,9 @@ def test_layer_checks():
             "capsule_types": 2,
             "kernel_size": 3,
             "strides": 2,
-            "iterations": 3,
+            "iterations": 2,
             "inverse_temperature": 0.05,
-            "tempering": [0.1, 0.3],
+            "tempering": [0.1],
             "normalization": "positions",
             "inverse_temperature_schedule": "authors",
             "name": "caps",
