@@ -9,12 +9,12 @@ from tests.conftest import BACKEND
 from tests.conftest import gradient
 
 
-@pytest.mark.parametrize("routings", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("iterations", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("shape", [(2, 12, 3, 4), (1, 30, 10, 16), (3, 5, 1, 2)])
-def test_matches_numpy_procedure_1(shape, routings):
-    votes = np.random.default_rng(routings).normal(size=shape).astype("float32")
-    expected, expected_coupling = numpy_procedure_1(votes, routings)
-    outputs, coupling = dynamic_routing(votes, routings=routings, return_coupling=True)
+def test_matches_numpy_procedure_1(shape, iterations):
+    votes = np.random.default_rng(iterations).normal(size=shape).astype("float32")
+    expected, expected_coupling = numpy_procedure_1(votes, iterations)
+    outputs, coupling = dynamic_routing(votes, iterations=iterations, return_coupling=True)
     np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(
         ops.convert_to_numpy(coupling), expected_coupling, rtol=1e-4, atol=1e-5
@@ -25,7 +25,7 @@ def test_coupling_sums_to_one_over_outputs_and_follows_agreement():
     rng = np.random.default_rng(0)
     votes = rng.normal(size=(2, 40, 6, 8)).astype("float32")
     votes[:, :20, 2] += 3.0  # half the children agree strongly on parent 2
-    _, coupling = dynamic_routing(votes, routings=3, return_coupling=True)
+    _, coupling = dynamic_routing(votes, iterations=3, return_coupling=True)
     coupling = ops.convert_to_numpy(coupling)
     np.testing.assert_allclose(coupling.sum(-1), 1.0, atol=1e-5)
     assert coupling[:, :20, 2].mean() > coupling[:, 20:, 2].mean()
@@ -33,8 +33,8 @@ def test_coupling_sums_to_one_over_outputs_and_follows_agreement():
 
 def test_stop_gradient_changes_gradients_not_outputs():
     votes = np.random.default_rng(1).normal(size=(2, 9, 4, 5)).astype("float32")
-    a = dynamic_routing(votes, routings=3, stop_gradient=False)
-    b = dynamic_routing(votes, routings=3, stop_gradient=True)
+    a = dynamic_routing(votes, iterations=3, stop_gradient=False)
+    b = dynamic_routing(votes, iterations=3, stop_gradient=True)
     np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-6)
     ga = gradient(lambda v: dynamic_routing(v, 3, stop_gradient=False), votes)
     gb = gradient(lambda v: dynamic_routing(v, 3, stop_gradient=True), votes)
@@ -72,10 +72,10 @@ def test_gradient_matches_finite_differences_of_procedure_1():
     np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4 * np.abs(expected).max())
 
 
-def _votes_gradient(method, votes, w_out, w_coupling, routings, inputs_first=False):
+def _votes_gradient(method, votes, w_out, w_coupling, iterations, inputs_first=False):
     def fn(v):
         outputs, coupling = route_by_agreement(
-            v, routings, return_coupling=True, gradient=method, inputs_first=inputs_first
+            v, iterations, return_coupling=True, gradient=method, inputs_first=inputs_first
         )
         return ops.sum(outputs * w_out) + ops.sum(coupling * w_coupling)
 
@@ -84,23 +84,23 @@ def _votes_gradient(method, votes, w_out, w_coupling, routings, inputs_first=Fal
 
 @pytest.mark.skipif(BACKEND == "torch", reason="the structured gradient is for TF and JAX")
 @pytest.mark.parametrize("inputs_first", [False, True])
-@pytest.mark.parametrize("routings", [1, 2, 3, 5])
-def test_structured_gradient_equals_automatic_differentiation(routings, inputs_first):
-    rng = np.random.default_rng(routings)
+@pytest.mark.parametrize("iterations", [1, 2, 3, 5])
+def test_structured_gradient_equals_automatic_differentiation(iterations, inputs_first):
+    rng = np.random.default_rng(iterations)
     votes = rng.normal(size=(2, 4, 30, 6)).astype("float32")  # (batch, outputs, inputs, dim)
     w_out = rng.normal(size=(2, 4, 6)).astype("float32")
     w_coupling = rng.normal(size=(2, 30, 4)).astype("float32")
-    expected = _votes_gradient("autodiff", votes, w_out, w_coupling, routings)
+    expected = _votes_gradient("autodiff", votes, w_out, w_coupling, iterations)
     assert np.abs(expected).max() > 1e-3  # the comparison is not vacuous
     if inputs_first:  # the same votes laid out (inputs, batch, outputs, dim), and their gradient
         votes, expected = (np.transpose(x, (2, 0, 1, 3)) for x in (votes, expected))
-    args = (w_out, w_coupling, routings, inputs_first)
+    args = (w_out, w_coupling, iterations, inputs_first)
     got = _votes_gradient("structured", votes, *args)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
     np.testing.assert_allclose(_votes_gradient("autodiff", votes, *args), expected, rtol=1e-5)
     a, b = (
         route_by_agreement(
-            votes, routings, return_coupling=True, gradient=method, inputs_first=inputs_first
+            votes, iterations, return_coupling=True, gradient=method, inputs_first=inputs_first
         )
         for method in ("autodiff", "structured")
     )
@@ -116,17 +116,17 @@ def test_gradient_method_is_checked():
         route_by_agreement(votes, 3, stop_gradient=True, gradient="structured")
 
 
-@pytest.mark.parametrize("routings", [1, 3, 5])
+@pytest.mark.parametrize("iterations", [1, 3, 5])
 @pytest.mark.parametrize("scale", [0.0, 1e-8, 1e4])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_finite_for_extreme_inputs(dtype, scale, routings):
+def test_finite_for_extreme_inputs(dtype, scale, iterations):
     votes = ops.cast(
         np.random.default_rng(2).normal(size=(2, 16, 10, 16)).astype("float32") * scale, dtype
     )
-    out = dynamic_routing(votes, routings=routings)
+    out = dynamic_routing(votes, iterations=iterations)
     assert ops.dtype(out) == dtype
     assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(out, "float32"))))
-    assert np.all(np.isfinite(gradient(lambda v: dynamic_routing(v, routings), votes)))
+    assert np.all(np.isfinite(gradient(lambda v: dynamic_routing(v, iterations), votes)))
 
 
 @pytest.mark.parametrize("scale", [1e20, 1e30])
@@ -135,24 +135,24 @@ def test_huge_votes_route_like_their_directions(scale):
     # finite. Agreements of 1e20 and more make the coupling hard: a parent gets
     # huge inputs (length 1 after squashing) or none at all (length 0).
     votes = np.random.default_rng(3).normal(size=(2, 16, 10, 16)) * scale
-    out = ops.convert_to_numpy(dynamic_routing(votes.astype("float32"), routings=3))
+    out = ops.convert_to_numpy(dynamic_routing(votes.astype("float32"), iterations=3))
     lengths = np.linalg.norm(out, axis=-1)
     assert np.all(np.isfinite(out)) and np.any(lengths > 0)
     assert np.all((np.abs(lengths - 1) < 1e-5) | (lengths == 0)), lengths
 
 
-@pytest.mark.parametrize("routings", [1, 3])
-def test_an_empty_batch_gives_an_empty_output(routings):
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_an_empty_batch_gives_an_empty_output(iterations):
     out, coupling = dynamic_routing(
-        np.zeros((0, 16, 10, 8), "float32"), routings=routings, return_coupling=True
+        np.zeros((0, 16, 10, 8), "float32"), iterations=iterations, return_coupling=True
     )
     assert tuple(out.shape) == (0, 10, 8) and tuple(coupling.shape)[0] == 0
 
 
-@pytest.mark.parametrize("routings", [0, -1, 2.5, True])
-def test_bad_routings(routings):
-    with pytest.raises(ValueError, match="routings"):
-        dynamic_routing(np.zeros((1, 2, 3, 4), "float32"), routings=routings)
+@pytest.mark.parametrize("iterations", [0, -1, 2.5, True])
+def test_bad_iterations(iterations):
+    with pytest.raises(ValueError, match="iterations"):
+        dynamic_routing(np.zeros((1, 2, 3, 4), "float32"), iterations=iterations)
 
 
 def test_bad_votes_shape():

@@ -12,7 +12,7 @@ from tests.conftest import gradient
 def test_layer_checks():
     run_layer_test(
         CapsuleLayer,
-        {"num_capsules": 3, "capsule_dim": 4, "routings": 2, "name": "digits"},
+        {"capsule_types": 3, "capsule_dim": 4, "iterations": 2, "name": "digits"},
         np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32"),
         expected_output_shape=(2, 3, 4),
         expected_num_trainable_weights=1,
@@ -20,13 +20,13 @@ def test_layer_checks():
 
 
 def test_one_matrix_per_input_and_output_capsule():
-    layer = CapsuleLayer(10, 16, routings=2)
+    layer = CapsuleLayer(10, 16, iterations=2)
     layer.build((None, 50, 8))
     assert layer.count_params() == 50 * 8 * 10 * 16
 
 
 def test_values_match_numpy_votes_and_procedure_1():
-    layer = CapsuleLayer(4, 6, routings=3)
+    layer = CapsuleLayer(4, 6, iterations=3)
     u = np.random.default_rng(0).normal(size=(2, 7, 5)).astype("float32")
     layer.build(u.shape)
     kernel = ops.convert_to_numpy(layer.kernel).reshape(7, 5, 4, 6)  # W[i] maps u_i to all j
@@ -55,12 +55,12 @@ def test_gradients_reach_the_kernel_and_are_finite_at_zero():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"num_capsules": 0, "capsule_dim": 16}, "num_capsules"),
-        ({"num_capsules": 10, "capsule_dim": -1}, "capsule_dim"),
-        ({"num_capsules": 10, "capsule_dim": 16, "routings": 0}, "routings"),
-        ({"num_capsules": 10, "capsule_dim": 16, "gradient": "exact"}, "gradient"),
+        ({"capsule_types": 0, "capsule_dim": 16}, "capsule_types"),
+        ({"capsule_types": 10, "capsule_dim": -1}, "capsule_dim"),
+        ({"capsule_types": 10, "capsule_dim": 16, "iterations": 0}, "iterations"),
+        ({"capsule_types": 10, "capsule_dim": 16, "gradient": "exact"}, "gradient"),
         (
-            dict(num_capsules=10, capsule_dim=16, stop_gradient=True, gradient="structured"),
+            dict(capsule_types=10, capsule_dim=16, stop_gradient=True, gradient="structured"),
             "stop_gradient",
         ),
     ],
@@ -94,7 +94,7 @@ def test_stop_gradient_reaches_routing(stop_gradient):
     """The layer hands `stop_gradient` to routing (the votes and values are checked above)."""
     from keras_capsules.routing import dynamic_routing
 
-    layer = CapsuleLayer(3, 5, routings=3, stop_gradient=stop_gradient)
+    layer = CapsuleLayer(3, 5, iterations=3, stop_gradient=stop_gradient)
     u = np.random.default_rng(4).normal(size=(2, 9, 4)).astype("float32")
     layer.build(u.shape)
     expected = gradient(
@@ -107,10 +107,10 @@ def test_stop_gradient_reaches_routing(stop_gradient):
     np.testing.assert_allclose(gradient(layer, u), expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("routings", [1, 2, 5])
-def test_gradient_methods_agree_through_the_layer(routings):
-    u = np.random.default_rng(routings).normal(size=(2, 9, 4)).astype("float32")
-    layers = [CapsuleLayer(3, 5, routings=routings, gradient=g) for g in ("auto", "autodiff")]
+@pytest.mark.parametrize("iterations", [1, 2, 5])
+def test_gradient_methods_agree_through_the_layer(iterations):
+    u = np.random.default_rng(iterations).normal(size=(2, 9, 4)).astype("float32")
+    layers = [CapsuleLayer(3, 5, iterations=iterations, gradient=g) for g in ("auto", "autodiff")]
     for layer in layers:
         layer.build(u.shape)
     layers[1].set_weights(layers[0].get_weights())

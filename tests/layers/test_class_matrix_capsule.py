@@ -73,7 +73,7 @@ def test_shapes_finite_gradients_and_errors():
     grad = gradient(lambda p: layer((p, activations))[1], poses)
     assert np.all(np.isfinite(grad)) and np.any(grad != 0)
     assert layer.kernel.shape == (8, 5, 4, 4)  # shared across the 4x4 positions
-    with pytest.raises(ValueError, match="num_classes"):
+    with pytest.raises(ValueError, match="capsule_types"):
         ClassMatrixCapsule(0)
     with pytest.raises(ValueError, match="tempering"):
         ClassMatrixCapsule(5, tempering=[0.1])
@@ -88,7 +88,7 @@ def test_layer_checks():
     run_layer_test(
         ClassMatrixCapsule,
         {
-            "num_classes": 3,
+            "capsule_types": 3,
             "iterations": 2,
             "coordinate_addition": False,
             "tempering": [0.3],

@@ -10,7 +10,7 @@ from tests._layer_testing import run_layer_test
 def test_layer_checks():
     run_layer_test(
         PrimaryCapsule,
-        {"num_capsules": 4, "capsule_dim": 3, "kernel_size": 3, "strides": 2, "padding": "same"},
+        {"capsule_types": 4, "capsule_dim": 3, "kernel_size": 3, "strides": 2, "padding": "same"},
         np.random.default_rng(0).normal(size=(2, 5, 5, 3)).astype("float32"),
         expected_output_shape=(2, 3 * 3 * 4, 3),
         expected_num_trainable_weights=2,
@@ -42,9 +42,9 @@ def test_paper_sizes_and_parameters():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"num_capsules": 0, "capsule_dim": 8, "kernel_size": 3}, "num_capsules"),
-        ({"num_capsules": 2, "capsule_dim": 0, "kernel_size": 3}, "capsule_dim"),
-        ({"num_capsules": 2, "capsule_dim": 8, "kernel_size": 3, "padding": "full"}, "padding"),
+        ({"capsule_types": 0, "capsule_dim": 8, "kernel_size": 3}, "capsule_types"),
+        ({"capsule_types": 2, "capsule_dim": 0, "kernel_size": 3}, "capsule_dim"),
+        ({"capsule_types": 2, "capsule_dim": 8, "kernel_size": 3, "padding": "full"}, "padding"),
     ],
 )
 def test_bad_arguments(kwargs, match):
