@@ -54,12 +54,12 @@ def capsule_votes(u, kernel):
     )
 
 
-def dynamic_routing(votes, routings):
+def dynamic_routing(votes, iterations):
     """Sabour et al., Procedure 1 (routing by agreement), written out loop by loop.
 
     Args:
         votes: `u_hat`, `(batch, num_inputs, num_outputs, dim)`.
-        routings: the number of iterations `r`.
+        iterations: the number of iterations `r`.
 
     Returns:
         `(outputs, coupling)`: the squashed `v_j`, `(batch, num_outputs, dim)`,
@@ -72,7 +72,7 @@ def dynamic_routing(votes, routings):
     coupling = np.zeros((batch, num_inputs, num_outputs))
     for n in range(batch):
         b = np.zeros((num_inputs, num_outputs))
-        for r in range(routings):
+        for r in range(iterations):
             for i in range(num_inputs):  # softmax over the parents j of child i
                 e = np.exp(b[i] - b[i].max())
                 coupling[n, i] = e / e.sum()
@@ -80,7 +80,7 @@ def dynamic_routing(votes, routings):
                 s = sum(coupling[n, i, j] * votes[n, i, j] for i in range(num_inputs))
                 norm2 = float(s @ s)
                 outputs[n, j] = norm2 / (1 + norm2) * s / np.sqrt(norm2) if norm2 > 0 else 0
-            if r < routings - 1:
+            if r < iterations - 1:
                 for i in range(num_inputs):
                     for j in range(num_outputs):
                         b[i, j] += votes[n, i, j] @ outputs[n, j]

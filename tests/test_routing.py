@@ -4,7 +4,7 @@ from keras import ops
 
 from keras_capsules.routing import dynamic_routing
 from keras_capsules.routing._dynamic import route_by_agreement
-from tests._references import dynamic_routing as numpy_procedure_1  # test_figures.py's too
+from tests._references import dynamic_routing as numpy_procedure_1
 from tests.conftest import BACKEND
 from tests.conftest import gradient
 

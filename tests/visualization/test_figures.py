@@ -12,7 +12,7 @@ from keras_capsules.visualization import perturbations
 from keras_capsules.visualization import reconstruction_grid
 from keras_capsules.visualization import routing_heatmap
 from keras_capsules.visualization.perturbation import GAP
-from tests.test_routing import numpy_procedure_1
+from tests._references import dynamic_routing as numpy_procedure_1
 
 matplotlib_image = pytest.importorskip("matplotlib.image")
 
@@ -133,7 +133,7 @@ def test_couplings_match_procedure_1_on_the_primary_grid(model, digits):
     np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-5)
     primary = keras.Model(model.input, model.get_layer("primary_caps").output)(x[:1, ..., None])
     votes = keras.ops.convert_to_numpy(model.get_layer("digit_caps").votes(primary))
-    _, expected = numpy_procedure_1(votes, routings=3)
+    _, expected = numpy_procedure_1(votes, iterations=3)
     expected = expected[0].reshape(6, 6, 4, 10)
     np.testing.assert_allclose(maps, expected.mean(2), atol=1e-5)
     np.testing.assert_allclose(couplings(model, x[0], reduce="sum"), expected.sum(2), atol=1e-4)
