@@ -33,11 +33,8 @@ def use_pooled_cpu_allocator(enabled=True):
     variable then changes nothing.
 
     The pool holds what the process needed at its peak, plus what
-    fragmentation costs: measured here, peak memory fell by up to 5% for
-    CapsNetMNIST and grew by 1-32% for the EM models (most for the
-    32/32/32/32 model at batch 64). The memory is returned to the system when
-    the process ends. `docs/results.md` ("CPU memory allocator") has the
-    measurements.
+    fragmentation costs, until the process ends; the Results page ("CPU
+    memory allocator") has measured speed and peak memory with and without it.
 
     Args:
         enabled: `True` selects the pool (`TF_CPU_ALLOCATOR_USE_BFC=true`),

@@ -30,14 +30,13 @@ class CapsuleLayer(keras.layers.Layer):
             the last one. `False` (the paper) by default.
         kernel_initializer: initializer of `W`. The default, a normal
             distribution with standard deviation 0.02, gives output capsules
-            of useful length at initialisation and the best first epoch we
-            measured on MNIST (0.015 to 0.02; 0.05 and 0.1 learn less in it);
-            `glorot_uniform` on this 4D kernel gives near-zero votes and a
-            network that learns very slowly.
+            of useful length at initialisation (the Results page compares
+            scales); `glorot_uniform` on this 4D kernel gives near-zero votes
+            and a network that learns very slowly.
         kernel_regularizer: optional regularizer of `W`.
         gradient: how the gradient reaches the votes (`"auto"`,
-            `"structured"` or `"autodiff"`; see
-            `keras_capsules.routing._dynamic.route_by_agreement`). The default is
+            `"structured"` or `"autodiff"`, as `keras_capsules.routing.dynamic_routing`
+            takes it). The default is
             fastest; `"autodiff"` is for gradients of gradients on TensorFlow.
         **kwargs: base layer arguments such as `name` and `dtype`.
 
