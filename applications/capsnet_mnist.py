@@ -11,9 +11,9 @@ from applications._inputs import PIXELS
 from applications._inputs import InputRangeCheck
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
+from applications._losses import batch_mean
+from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
-from keras_capsules.distribute import scale_loss
-from keras_capsules.distribute import unscale_loss
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.layers import Length
 from keras_capsules.layers import Mask
@@ -231,7 +231,8 @@ class CapsNetMNIST(CapsulePredictions, InputRangeCheck, keras.Model):
         if y is None:
             raise ValueError("CapsNetMNIST needs labels `y` to compute its loss.")
         pairs = [(y, self._images(x))] if self.decoder is not None else []
-        return self._capsule_loss(y, pairs, y_pred, sample_weight)
+        total = self._capsule_loss(y, pairs, y_pred, sample_weight)
+        return with_penalties(self, total, x, y, y_pred, sample_weight, training)
 
     def _capsule_loss(self, targets, reconstructions, y_pred, sample_weight):
         """Margin loss of `targets` plus, with a decoder, one reconstruction term per pair.
@@ -240,23 +241,24 @@ class CapsNetMNIST(CapsulePredictions, InputRangeCheck, keras.Model):
         from the capsules `labels` alone is compared with `images` (in [0, 1]),
         and the terms are summed.
         """
-        # Keras losses are scaled for summing across tf.distribute replicas;
-        # the trackers report the global batch's values.
-        margin = self.margin_loss(targets, y_pred["probabilities"], sample_weight=sample_weight)
-        self.margin_loss_tracker.update_state(unscale_loss(margin))
-        total = margin
+        # The losses are scaled for summing across tf.distribute replicas (as
+        # Keras scales them); the trackers report the batch's plain means.
+        probabilities = y_pred["probabilities"]
+        total = self.margin_loss(targets, probabilities, sample_weight=sample_weight)
+        self.margin_loss_tracker.update_state(
+            batch_mean(self.margin_loss, targets, probabilities, sample_weight)
+        )
         if self.decoder is not None:
-            reconstruction = None
+            reconstruction, tracked = 0.0, 0.0
             for labels, images in reconstructions:
-                decoded = self.decoder(self.mask(y_pred["poses"], labels=labels))
-                term = self.reconstruction_loss(
-                    images, ops.cast(decoded, "float32"), sample_weight=sample_weight
+                decoded = ops.cast(
+                    self.decoder(self.mask(y_pred["poses"], labels=labels)), "float32"
                 )
-                reconstruction = term if reconstruction is None else reconstruction + term
-            self.reconstruction_loss_tracker.update_state(unscale_loss(reconstruction))
+                loss = self.reconstruction_loss
+                reconstruction = reconstruction + loss(images, decoded, sample_weight=sample_weight)
+                tracked = tracked + batch_mean(loss, images, decoded, sample_weight)
+            self.reconstruction_loss_tracker.update_state(tracked)
             total = total + reconstruction
-        for loss in self.losses:
-            total = total + scale_loss(ops.cast(loss, total.dtype))
         return total
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):

@@ -2,6 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from applications._losses import with_penalties
 from applications.capsnet_mnist import CapsNetMNIST
 
 
@@ -207,7 +208,8 @@ class CapsNetMultiMNIST(CapsNetMNIST):
         if self.decoder is not None:  # each digit from its own capsule, against its own image
             digits = ops.convert_to_tensor(digits)
             pairs = [(labels[:, d], self._images(digits[:, d])) for d in range(2)]
-        return self._capsule_loss(multi_hot, pairs, y_pred, sample_weight)
+        total = self._capsule_loss(multi_hot, pairs, y_pred, sample_weight)
+        return with_penalties(self, total, x, y, y_pred, sample_weight, training)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         multi_hot = self._targets(x, y)[0]

@@ -9,10 +9,10 @@ from applications._defaults import dtype_policy
 from applications._inputs import InputRangeCheck
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
+from applications._losses import batch_mean
+from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
 from keras_capsules import routing
-from keras_capsules.distribute import scale_loss
-from keras_capsules.distribute import unscale_loss
 from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.layers import MatrixCapsule
 from keras_capsules.layers import PrimaryMatrixCapsule
@@ -264,15 +264,15 @@ class MatrixCapsNetNORB(CapsulePredictions, InputRangeCheck, keras.Model):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if y is None:
             raise ValueError(f"{type(self).__name__} needs labels `y` to compute its loss.")
-        # Keras losses are scaled for summing across tf.distribute replicas;
-        # the tracker reports the global batch's value.
+        # The loss is scaled for summing across tf.distribute replicas (as Keras
+        # scales it); the tracker reports the batch's plain mean.
         margin = self.margin_at(self._step())
-        loss = SpreadLoss(margin=margin)(y, y_pred["activations"], sample_weight=sample_weight)
-        self.spread_loss_tracker.update_state(unscale_loss(loss))
+        spread = SpreadLoss(margin=margin)
+        activations = y_pred["activations"]
+        loss = spread(y, activations, sample_weight=sample_weight)
+        self.spread_loss_tracker.update_state(batch_mean(spread, y, activations, sample_weight))
         self.spread_margin_tracker.update_state(margin)
-        for penalty in self.losses:
-            loss = loss + scale_loss(ops.cast(penalty, loss.dtype))
-        return loss
+        return with_penalties(self, loss, x, y, y_pred, sample_weight, training)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         return super().compute_metrics(x, y, y_pred["activations"], sample_weight)
