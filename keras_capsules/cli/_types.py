@@ -9,6 +9,17 @@ import argparse
 import os
 
 
+def _number(text, kind, accept, requirement):
+    """`text` read as a `kind` that `accept`s, or argparse's error naming the `requirement`."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not accept(value):
+        raise argparse.ArgumentTypeError(f"must be {requirement}, got {text!r}")
+    return value
+
+
 def positive_int(text):
     """An integer of at least 1.
 
@@ -19,13 +30,7 @@ def positive_int(text):
     ...
     argparse.ArgumentTypeError: must be a positive integer, got '0'
     """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+    return _number(text, int, lambda value: value >= 1, "a positive integer")
 
 
 def non_negative_int(text):
@@ -34,13 +39,7 @@ def non_negative_int(text):
     >>> non_negative_int("0")
     0
     """
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return value
+    return _number(text, int, lambda value: value >= 0, "a non-negative integer")
 
 
 def positive_float(text):
@@ -49,13 +48,7 @@ def positive_float(text):
     >>> positive_float("2.5")
     2.5
     """
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
+    return _number(text, float, lambda value: 0 < value < float("inf"), "a positive number")
 
 
 def held_out_fraction(text):
@@ -64,13 +57,7 @@ def held_out_fraction(text):
     >>> held_out_fraction("0.1")
     0.1
     """
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 0.5:
-        raise argparse.ArgumentTypeError(f"must be in (0, 0.5], got {text!r}")
-    return value
+    return _number(text, float, lambda value: 0 < value <= 0.5, "in (0, 0.5]")
 
 
 def tempering(text):
