@@ -2,21 +2,22 @@
 
 Importing this module (before Keras) also puts the repository root on `sys.path`, so the
 experiments run from a checkout without installing it, defaults the backend to TensorFlow
-with its C++ logs quietened, and pools TensorFlow's CPU memory as
-`keras_capsules.use_pooled_cpu_allocator()` does, for every model and baseline.
+with its C++ logs quietened, and calls `keras_capsules.use_pooled_cpu_allocator()` for
+every model and baseline (unless `TF_CPU_ALLOCATOR_USE_BFC` is set already).
 """
 
 import os
 import sys
 import time
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+for _name, _value in (("KERAS_BACKEND", "tensorflow"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
+    os.environ.setdefault(_name, _value)
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+import keras_capsules  # noqa: E402  (imports neither Keras nor TensorFlow)
+
+if "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ:
+    keras_capsules.use_pooled_cpu_allocator()
 
 
 def log(*args):
