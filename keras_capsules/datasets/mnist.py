@@ -11,15 +11,12 @@ the files are absent, the loader falls back to TensorFlow Datasets
 2 pixels in each direction with zero padding, shuffled and batched.
 """
 
-import gzip
-import hashlib
 import os
 
 import numpy as np
 
 from keras_capsules._optional import require
-from keras_capsules.datasets import _files
-from keras_capsules.datasets import idx
+from keras_capsules.datasets import _idx_dataset
 
 DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "data", "mnist")
 
@@ -31,37 +28,13 @@ FILES = {
 }
 """SHA-256 of the decompressed canonical files."""
 
-
-def _read_verified(filename, expected_sha256):
-    try:
-        if filename.endswith(".gz"):
-            with gzip.open(filename, "rb") as f:
-                data = f.read()
-        else:
-            with open(filename, "rb") as f:
-                data = f.read()
-    except (OSError, EOFError, gzip.BadGzipFile) as error:
-        raise ValueError(f"MNIST file {filename} is corrupt or truncated: {error}") from error
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != expected_sha256:
-        raise ValueError(
-            f"MNIST file {filename} does not match the canonical MNIST: SHA-256 of its "
-            f"decompressed content is {digest}, expected {expected_sha256}. "
-            "The file is corrupt or truncated; replace it with the original."
-        )
-    return idx.parse(data, filename)
+_DATASET = _idx_dataset.IdxDataset(
+    title="MNIST", module="mnist", tfds_name="mnist", default_path=DEFAULT_PATH, files=FILES
+)
 
 
 def _load_tfds():
-    tfds = require("tensorflow_datasets", "mnist.load_data without the MNIST files")
-
-    splits = []
-    for split in ("train", "test"):
-        images, labels = tfds.as_numpy(
-            tfds.load("mnist", split=split, batch_size=-1, as_supervised=True)
-        )
-        splits.append((images[..., 0].astype("uint8"), labels.astype("uint8")))
-    return tuple(splits)
+    return _DATASET.load_tfds()
 
 
 def load_data(path=None, verify=True):
@@ -90,36 +63,7 @@ def load_data(path=None, verify=True):
     >>> x_train.shape, x_test.shape
     ((60000, 28, 28), (10000, 28, 28))
     """
-    path = DEFAULT_PATH if path is None else os.fspath(path)
-    found = {name: _files.find(path, name) for name in FILES}
-    if not any(found.values()):
-        try:
-            return _load_tfds()
-        except Exception as error:
-            where = (
-                "The package's copy is missing"
-                if path == DEFAULT_PATH
-                else (f"Folder {path} holds none of the MNIST files ({', '.join(FILES)})")
-            )
-            raise ValueError(
-                f"{where}, and TensorFlow Datasets could not load 'mnist' "
-                f"({type(error).__name__}: {error})."
-            ) from None
-    missing = [name for name, filename in found.items() if filename is None]
-    if missing:
-        raise ValueError(f"MNIST folder {path} lacks {', '.join(missing)} (.gz or decompressed).")
-    arrays = {}
-    for name, filename in found.items():
-        if verify:
-            arrays[name] = _read_verified(filename, FILES[name])
-        else:
-            opener = gzip.open if filename.endswith(".gz") else open
-            with opener(filename, "rb") as f:
-                arrays[name] = idx.parse(f.read(), filename)
-    return (
-        (arrays["train-images-idx3-ubyte"], arrays["train-labels-idx1-ubyte"]),
-        (arrays["t10k-images-idx3-ubyte"], arrays["t10k-labels-idx1-ubyte"]),
-    )
+    return _DATASET.load_data(path, verify, load_tfds=_load_tfds)
 
 
 def random_shift(images, max_shift=2, seed=None):
