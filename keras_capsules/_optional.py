@@ -9,6 +9,8 @@ _EXTRAS = {
     "keras_tuner": "tune",
     "kserve": "serve",
     "gradio": "explore",
+    "onnx": "onnx",
+    "tf2onnx": "onnx",
 }
 
 
