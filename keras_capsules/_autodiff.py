@@ -10,14 +10,46 @@ TensorFlow the result is a first-order gradient only: the values a backward
 pass reuses from its forward pass are constants to an outer tape. This module
 is the only place that touches a backend directly; on backends it does not
 cover, callers use plain automatic differentiation instead.
+
+`inference_only()` turns the structured gradients off while a forward pass is
+traced for export: nothing differentiates an exported graph, and a converter
+(tf2onnx, LiteRT's) then sees plain operations only, not the custom-gradient
+wrappers of the training path.
 """
+
+import contextlib
+import threading
 
 import keras
 
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def inference_only():
+    """Within it, routings trace their plain forward pass, with no custom gradient.
+
+    `supports_recompute_gradient()` is `False` (so `gradient="auto"` takes
+    the plain automatic-differentiation path) and `recompute_gradient` returns
+    `forward`'s outputs alone (for an explicit `gradient="structured"`). The
+    values are the same; only the gradient machinery is left out, which is
+    what an exported inference graph wants.
+    """
+    previous = getattr(_state, "inference_only", False)
+    _state.inference_only = True
+    try:
+        yield
+    finally:
+        _state.inference_only = previous
+
+
+def _inference_only():
+    return getattr(_state, "inference_only", False)
+
 
 def supports_recompute_gradient():
-    """Whether `recompute_gradient` works on the current backend."""
-    return keras.backend.backend() in ("tensorflow", "jax")
+    """Whether `recompute_gradient` works on the current backend (and is wanted)."""
+    return keras.backend.backend() in ("tensorflow", "jax") and not _inference_only()
 
 
 def recompute_gradient(forward, backward):
@@ -38,6 +70,8 @@ def recompute_gradient(forward, backward):
         exists: a graph runtime may not run it early, during the forward pass,
         where its temporaries would add to the forward pass's memory.
     """
+    if _inference_only():
+        return lambda *args: tuple(forward(*args)[0])
     backend = keras.backend.backend()
     if backend == "tensorflow":
         import tensorflow as tf
