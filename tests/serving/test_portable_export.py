@@ -1,0 +1,307 @@
+"""ONNX and LiteRT exports, run by ONNX Runtime and LiteRT's interpreter against Keras.
+
+Every test of a model runs for every entry of MODELS and every format: a new
+application is one line there.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+import applications
+from keras_capsules import routing
+from keras_capsules._autodiff import inference_only
+from keras_capsules.serving import export_litert
+from keras_capsules.serving import export_onnx
+from tests.conftest import BACKEND
+
+requires_tensorflow = pytest.mark.skipif(
+    BACKEND != "tensorflow", reason="ONNX and LiteRT export go through TensorFlow"
+)
+
+# name: a small model of the application (any model taking one image batch)
+MODELS = {
+    "capsnet_mnist": lambda: applications.CapsNetMNIST(
+        conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_units=(32,)
+    ),
+    "matrix_capsnet_norb": lambda: applications.MatrixCapsNetNORB(
+        A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3
+    ),
+}
+
+
+def images(n, shape, seed=0):
+    """Pixel values in [0, 255]."""
+    return np.random.default_rng(seed).integers(0, 256, (n,) + shape).astype("float32")
+
+
+def model_images(model, n, seed=0):
+    """Images in the range `model` expects: pixel values, or standardised with rescale=None."""
+    shape = tuple(model.inputs[0].shape[1:])
+    if getattr(model, "rescale", None) is None:  # expects standardised inputs
+        return np.random.default_rng(seed).normal(size=(n,) + shape).astype("float32")
+    return images(n, shape, seed)
+
+
+def run_onnx(path, x):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [output.name for output in session.get_outputs()]
+    return dict(zip(names, session.run(None, {"images": x}), strict=True))
+
+
+def run_litert(path, x):
+    interpreter = pytest.importorskip("ai_edge_litert.interpreter")
+    runner = interpreter.Interpreter(model_path=path).get_signature_runner("serving_default")
+    return runner(images=x)
+
+
+# format: (export function, file suffix, the runtime, the packages the export needs and
+# those the runtime needs)
+FORMATS = {
+    "onnx": (export_onnx, ".onnx", run_onnx, ("onnx", "tf2onnx"), ("onnxruntime",)),
+    "litert": (export_litert, ".tflite", run_litert, (), ("ai_edge_litert",)),
+}
+
+
+def needs(format_name, runtime=True):
+    """Skip unless the packages that export (and run) `format_name` are installed."""
+    _, _, _, export_packages, run_packages = FORMATS[format_name]
+    for package in export_packages + (run_packages if runtime else ()):
+        pytest.importorskip(package)
+
+
+@pytest.fixture(scope="module")
+def built_models():
+    """One model per entry of MODELS, built on first use and shared by the formats."""
+    models = {}
+
+    def build(name):
+        if name not in models:
+            keras.utils.set_random_seed(7)
+            models[name] = MODELS[name]()
+        return models[name]
+
+    return build
+
+
+@pytest.fixture(scope="module", params=sorted(FORMATS))
+def file_format(request):
+    if BACKEND != "tensorflow":
+        pytest.skip("ONNX and LiteRT export go through TensorFlow")
+    needs(request.param)
+    return request.param
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def exported(request, file_format, built_models, tmp_path_factory):
+    """(model, the exported file, its runtime), per model and format."""
+    export, suffix, run, _, _ = FORMATS[file_format]
+    model = built_models(request.param)
+    path = str(tmp_path_factory.mktemp(file_format) / f"{request.param}{suffix}")
+    assert export(model, path, verbose=False) == path
+    return model, path, run
+
+
+@requires_tensorflow
+def test_runtime_reproduces_keras(exported):
+    model, path, run = exported
+    x = model_images(model, 5)
+    expected = model.predict_outputs(x, verbose=0)
+    scores = expected.get("probabilities", expected.get("activations"))
+    served = run(path, x)
+    assert set(served) == {"probabilities", "classes", "poses"}
+    assert served["probabilities"].dtype == np.float32 and served["classes"].dtype == np.int64
+    np.testing.assert_allclose(served["probabilities"], scores, atol=1e-4)
+    np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-4)
+    np.testing.assert_array_equal(served["classes"], scores.argmax(-1))
+
+
+@requires_tensorflow
+def test_batch_size_is_free(exported):
+    model, path, run = exported
+    for n in (1, 3):
+        x = model_images(model, n, seed=n)
+        outputs = model(x, training=False)  # eager: predict would trace each batch size
+        scores = outputs.get("probabilities", outputs.get("activations"))
+        np.testing.assert_allclose(run(path, x)["probabilities"], scores, atol=1e-4)
+
+
+@requires_tensorflow
+def test_onnx_runtime_refuses_a_wrong_image_size(tmp_path):
+    needs("onnx")
+    import onnxruntime
+
+    model = MODELS["capsnet_mnist"]()
+    path = export_onnx(model, str(tmp_path / "m.onnx"), verbose=False)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (images_input,) = session.get_inputs()
+    assert images_input.name == "images" and images_input.shape[1:] == [28, 28, 1]
+    with pytest.raises(Exception, match="Got invalid dimensions for input: images"):
+        session.run(None, {"images": np.zeros((2, 32, 32, 1), "float32")})
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("format_name", sorted(FORMATS))
+def test_logits_are_exported_as_their_softmax(format_name, tmp_path):
+    needs(format_name)
+    export, suffix, run, _, _ = FORMATS[format_name]
+    inputs = keras.Input((8, 8, 1))
+    model = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Flatten()(inputs)))
+    with pytest.raises(ValueError, match="output_kind='logits'"):
+        export(model, str(tmp_path / f"refused{suffix}"), verbose=False)
+    path = export(model, str(tmp_path / f"m{suffix}"), verbose=False, output_kind="logits")
+    x = images(4, (8, 8, 1))
+    served = run(path, x)
+    assert "poses" not in served
+    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(x, verbose=0)))
+    np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("format_name", sorted(FORMATS))
+def test_unconvertible_operations_are_named(format_name, tmp_path):
+    import tensorflow as tf
+
+    needs(format_name, runtime=False)
+    export, suffix, _, _, _ = FORMATS[format_name]
+    inputs = keras.Input((8, 8, 1))
+    scores = keras.layers.Dense(3, activation="sigmoid")(keras.layers.Flatten()(inputs))
+    # The regularised lower incomplete gamma function: in [0, 1], in neither format.
+    model = keras.Model(inputs, keras.layers.Lambda(lambda s: tf.math.igamma(s + 1, s + 1))(scores))
+    with pytest.raises(ValueError, match=r"operations of the model.*: Igamma\.$"):
+        export(model, str(tmp_path / f"m{suffix}"), verbose=False)
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+@requires_tensorflow
+def test_onnx_computes_expm1_to_float32_precision(tmp_path):
+    """tf2onnx has no Expm1: the export spells it in ONNX without exp(x) - 1's cancellation."""
+    needs("onnx")
+    inputs = keras.Input((8, 8, 1))
+    tiny = keras.initializers.RandomUniform(0, 1e-8, seed=0)  # scores of about 1e-6
+    z = keras.layers.Dense(3, activation="relu", kernel_initializer=tiny)(
+        keras.layers.Flatten()(inputs)
+    )
+    model = keras.Model(inputs, keras.layers.Lambda(lambda z: -keras.ops.expm1(-z))(z))
+    x = images(4, (8, 8, 1))
+    served = run_onnx(export_onnx(model, str(tmp_path / "m.onnx"), verbose=False), x)
+    expected = model.predict(x, verbose=0)
+    assert 1e-7 < expected.min() and expected.max() < 1e-4
+    # 1 - exp(-z) in float32 would be off by up to percents at these sizes.
+    np.testing.assert_allclose(served["probabilities"], expected, rtol=1e-5)
+
+
+@requires_tensorflow
+def test_arguments_are_checked_before_anything_is_converted(tmp_path):
+    model = MODELS["capsnet_mnist"]()
+    with pytest.raises(ValueError, match=r"must end in '\.onnx'"):
+        export_onnx(model, str(tmp_path / "m.tflite"))
+    with pytest.raises(ValueError, match=r"must end in '\.tflite'"):
+        export_litert(model, str(tmp_path / "m"))
+    with pytest.raises(ValueError, match="output_kind"):
+        export_litert(model, str(tmp_path / "m.tflite"), output_kind="scores")
+
+
+@requires_tensorflow
+def test_a_missing_converter_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tf2onnx", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "tf2onnx.convert", None)
+    with pytest.raises(ImportError, match=r'pip install "keras-capsules\[onnx\]"'):
+        export_onnx(MODELS["capsnet_mnist"](), str(tmp_path / "m.onnx"))
+
+
+@requires_tensorflow
+def test_exports_trace_the_routings_without_their_training_gradient():
+    """The structured gradients' custom-gradient ops stay out of an exported graph."""
+    import tensorflow as tf
+
+    def custom_gradient_ops(function, *specs):
+        graph = tf.function(function, autograph=False).get_concrete_function(*specs).graph
+        return [op for op in graph.get_operations() if op.type == "IdentityN"]
+
+    def dynamic(votes, gradient):
+        return routing.dynamic_routing(votes, iterations=3, gradient=gradient)
+
+    def em(votes, gradient):
+        activations, beta = tf.fill(votes.shape[:2], 0.5), tf.zeros(votes.shape[2])
+        # em_routing takes no `gradient`: "auto", the structured one on TensorFlow.
+        return routing.em_routing(votes, activations, beta, beta, iterations=2)
+
+    rng = np.random.default_rng(0)
+    votes = tf.constant(rng.normal(size=(2, 6, 3, 4)), tf.float32)
+    cases = [(dynamic, votes, "auto"), (dynamic, votes, "structured")]
+    cases.append((em, tf.constant(rng.normal(size=(2, 6, 3, 16)), tf.float32), "auto"))
+    for route, votes, gradient in cases:
+
+        def function(v, route=route, gradient=gradient):
+            return route(v, gradient)
+
+        spec = tf.TensorSpec(votes.shape, tf.float32)
+        assert custom_gradient_ops(function, spec)  # the training path
+        with inference_only():
+            assert not custom_gradient_ops(function, spec)
+            plain = tf.function(function, autograph=False)(votes)
+        for value, expected in zip(plain, function(votes), strict=True):
+            np.testing.assert_allclose(value, expected, atol=1e-6)  # the same values
+
+
+RUN_WITHOUT_TENSORFLOW = """
+import importlib.abc, json, sys
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "keras", "keras_capsules", "applications"):
+            raise ImportError(f"blocked: {{name}}")
+
+sys.meta_path.insert(0, Block())
+import numpy as np
+
+x = np.load({images!r})
+{run}
+print(json.dumps(np.asarray(probabilities).tolist()))
+"""
+
+RUNTIME_SCRIPTS = {
+    "onnx": """
+import onnxruntime
+session = onnxruntime.InferenceSession({path!r}, providers=["CPUExecutionProvider"])
+probabilities = session.run(["probabilities"], {{"images": x}})[0]
+""",
+    "litert": """
+from ai_edge_litert.interpreter import Interpreter
+runner = Interpreter(model_path={path!r}).get_signature_runner("serving_default")
+probabilities = runner(images=x)["probabilities"]
+""",
+}
+
+
+@requires_tensorflow
+def test_runtimes_need_neither_tensorflow_nor_keras_capsules(exported, file_format, tmp_path):
+    model, path, _ = exported
+    x = model_images(model, 3)
+    np.save(tmp_path / "x.npy", x)
+    run = RUNTIME_SCRIPTS[file_format].format(path=path)
+    script = RUN_WITHOUT_TENSORFLOW.format(images=str(tmp_path / "x.npy"), run=run)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    probabilities = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(probabilities, model.predict(x, verbose=0), atol=1e-4)
+
+
+@pytest.mark.skipif(BACKEND == "tensorflow", reason="tests the error on other backends")
+def test_other_backends_are_told_how_to_export(tmp_path):
+    model = MODELS["capsnet_mnist"]()
+    for export, name in ((export_onnx, "m.onnx"), (export_litert, "m.tflite")):
+        with pytest.raises(RuntimeError, match="KERAS_BACKEND=tensorflow"):
+            export(model, str(tmp_path / name))
