@@ -3,6 +3,7 @@
     keras-capsules train capsnet-mnist --epochs 1 --output runs/mnist
     keras-capsules evaluate runs/mnist/model.keras
     keras-capsules export runs/mnist/model.keras models/capsnet
+    keras-capsules export runs/mnist/model.keras capsnet.onnx --format onnx
     keras-capsules serve models/capsnet --port 8501
     keras-capsules tune capsnet-mnist --tuner hyperband --max-trials 20 --output runs/tune
     keras-capsules figures runs/mnist/model.keras --output figures

@@ -305,3 +305,33 @@ def test_other_backends_are_told_how_to_export(tmp_path):
     for export, name in ((export_onnx, "m.onnx"), (export_litert, "m.tflite")):
         with pytest.raises(RuntimeError, match="KERAS_BACKEND=tensorflow"):
             export(model, str(tmp_path / name))
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("format_name", sorted(FORMATS))
+def test_export_command_writes_the_file(format_name, tmp_path):
+    from keras_capsules import cli
+
+    needs(format_name)
+    _, suffix, run, _, _ = FORMATS[format_name]
+    model = MODELS["capsnet_mnist"]()
+    model.save(str(tmp_path / "m.keras"))
+    output = str(tmp_path / f"capsnet{suffix}")
+    assert cli.main(["export", str(tmp_path / "m.keras"), output, "--format", format_name]) == 0
+    x = images(2, (28, 28, 1))
+    np.testing.assert_allclose(
+        run(output, x)["probabilities"], model.predict(x, verbose=0), atol=1e-4
+    )
+
+
+def test_export_command_refuses_what_a_file_format_cannot_take(tmp_path, capsys):
+    from keras_capsules import cli
+
+    model_path = str(tmp_path / "missing.keras")  # refused before the model is read
+    with pytest.raises(SystemExit, match=r"ends in \.onnx; got .*capsnet$"):
+        cli.main(["export", model_path, str(tmp_path / "capsnet"), "--format", "onnx"])
+    with pytest.raises(SystemExit, match="--version numbers SavedModel folders"):
+        cli.main(["export", model_path, "m.tflite", "--format", "litert", "--version", "2"])
+    with pytest.raises(SystemExit) as error:
+        cli.main(["export", model_path, "m.tflite", "--format", "tflite"])
+    assert error.value.code == 2 and "invalid choice: 'tflite'" in capsys.readouterr().err
