@@ -208,9 +208,10 @@ def _without_einsum_search():
     """Convert without tf2onnx's einsum optimizer, whose search is too slow for routing.
 
     For every einsum the optimizer times all orders of the equation's letters
-    (5040 for `ClassMatrixCapsule`'s seven: about a minute); ONNX Runtime runs
-    the `Einsum` operation as it is. The optimizer list is tf2onnx's internal
-    table: if a tf2onnx release moves it, the conversion runs with it, slower.
+    (5040 for `ClassMatrixCapsule`'s seven: most of a 25 s conversion of a
+    small `MatrixCapsNetNORB`); ONNX Runtime runs the `Einsum` operation as it
+    is. The optimizer list is tf2onnx's internal table: if a tf2onnx release
+    moves it, the conversion runs with the optimizer, slower.
     """
     optimizer = importlib.import_module("tf2onnx.optimizer")
     optimizers = getattr(optimizer, "_optimizers", None)
