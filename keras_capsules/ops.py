@@ -74,6 +74,45 @@ def squash(x, axis=-1, epsilon=EPSILON):
     return out if ops.dtype(out) == dtype else ops.cast(out, dtype)
 
 
+def exponential_squash(x, axis=-1, epsilon=EPSILON):
+    """Squash capsule vectors with the exponential of their length (Efficient-CapsNet).
+
+    `v = (1 - exp(-|s|)) * s / |s|` (Mazzia et al. 2021, eq. 5). Unlike
+    `squash`, whose slope at zero is zero, it grows linearly from zero, so
+    short capsules keep a useful gradient. `epsilon` is added to `|s|^2`
+    inside the square root, so that the value and the gradient are finite
+    (zero) at `s = 0`; the length is computed as `length` does, without
+    squaring large entries.
+
+    Args:
+        x: tensor of capsule vectors.
+        axis: the axis that holds a capsule's dimensions.
+        epsilon: small positive float added inside the square root.
+
+    Returns:
+        A tensor of the same shape and dtype as `x`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> v = exponential_squash(np.array([[3.0, 4.0]]))
+    >>> round(float(np.linalg.norm(v)), 4)  # 1 - exp(-5)
+    0.9933
+
+    Reference:
+        Mazzia, Salvetti, Chiaberge. Efficient-CapsNet: Capsule Network with
+        Self-Attention Routing. Scientific Reports 11, 14634 (2021).
+    """
+    x32, dtype = _to_float32(x)
+    # s / |s| = y / sqrt(|y|^2 + eps k) with y = x / c, k = 1 / c^2; |s| = c sqrt(...).
+    y, c = _scaled(x32, axis)
+    k = 1.0 / ops.square(c)
+    unit_norm = ops.sqrt(ops.sum(ops.square(y), axis=axis, keepdims=True) + epsilon * k)
+    # 1 - exp(-|s|) = -expm1(-|s|): accurate for short capsules, 1 for long ones.
+    out = y * (-ops.expm1(-unit_norm * c) / unit_norm)
+    return out if ops.dtype(out) == dtype else ops.cast(out, dtype)
+
+
 def length(x, axis=-1, keepdims=False, epsilon=EPSILON):
     """Length (Euclidean norm) of capsule vectors, finite with finite gradient at zero.
 

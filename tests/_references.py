@@ -424,3 +424,44 @@ def class_capsules(
         tempering,
         lambdas=lambdas,
     )
+
+
+# Mazzia, Salvetti, Chiaberge 2021: Efficient-CapsNet.
+
+
+def exponential_squash(s):
+    """Mazzia et al., equation 5: `v = (1 - exp(-|s|)) * s / |s|` over the last axis."""
+    norm = np.linalg.norm(s, axis=-1, keepdims=True)
+    return np.where(norm > 0, (1 - np.exp(-norm)) * s / np.maximum(norm, 1e-300), 0.0)
+
+
+def self_attention_routing(votes, bias=None):
+    """Mazzia et al., equations 6-8, written out with each output's attention matrix.
+
+    For every example and output capsule `j`: `A = U U^T / sqrt(d)` (`U` the
+    `n x d` votes for `j`), `c[i, j] = softmax_j(sum_k A[i, k])`, and
+    `v_j = squash(sum_i (c[i, j] + bias[i, j]) U[i])`.
+
+    Args:
+        votes: `(batch, num_inputs, num_outputs, output_dim)`.
+        bias: `(num_inputs, num_outputs)` or `None`.
+
+    Returns:
+        `(outputs, coupling)`: `(batch, num_outputs, output_dim)` and the
+        coefficients `c + bias`, `(batch, num_inputs, num_outputs)`.
+    """
+    votes = np.asarray(votes, np.float64)
+    batch, num_inputs, num_outputs, dim = votes.shape
+    bias = np.zeros((num_inputs, num_outputs)) if bias is None else np.asarray(bias, np.float64)
+    logits = np.zeros((batch, num_inputs, num_outputs))
+    for n in range(batch):
+        for j in range(num_outputs):
+            attention = votes[n, :, j] @ votes[n, :, j].T / np.sqrt(dim)
+            logits[n, :, j] = attention.sum(axis=1)
+    logits -= logits.max(axis=-1, keepdims=True)
+    coupling = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True) + bias
+    outputs = np.zeros((batch, num_outputs, dim))
+    for n in range(batch):
+        for j in range(num_outputs):
+            outputs[n, j] = exponential_squash(coupling[n, :, j] @ votes[n, :, j])
+    return outputs, coupling

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+from keras_capsules.ops import exponential_squash
 from keras_capsules.ops import length
 from keras_capsules.ops import squash
 from tests import _references as ref
@@ -84,3 +85,40 @@ def test_rescaling_leaves_small_capsules_untouched():
     n2 = np.sum(np.square(s), -1, keepdims=True)
     expected = s * (n2 / (1 + n2) / np.sqrt(n2 + 1e-7))
     np.testing.assert_allclose(ops.convert_to_numpy(squash(s)), expected, rtol=1e-6, atol=0)
+
+
+def test_exponential_squash_matches_the_efficient_capsnet_formula():
+    s = np.random.default_rng(5).normal(size=(6, 10, 8)).astype("float32") * 2
+    expected = ref.exponential_squash(s.astype("float64"))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(exponential_squash(s)), expected, rtol=1e-5, atol=1e-7
+    )
+    np.testing.assert_allclose(  # capsules along axis 1
+        ops.convert_to_numpy(exponential_squash(np.moveaxis(s, -1, 1), axis=1)),
+        np.moveaxis(expected, -1, 1),
+        rtol=1e-5,
+        atol=1e-7,
+    )
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-30, 1e-6, 1e6, 1e20, 1e37])
+def test_exponential_squash_is_finite_and_accurate_for_any_size(scale):
+    s = np.random.default_rng(6).normal(size=(4, 16)).astype("float32") * np.float32(scale)
+    v = ops.convert_to_numpy(exponential_squash(s))
+    np.testing.assert_allclose(v, ref.exponential_squash(s.astype("float64")), rtol=1e-5, atol=1e-7)
+    assert np.all(np.linalg.norm(v, axis=-1) < 1 + 1e-6)
+    assert np.all(np.isfinite(gradient(exponential_squash, s)))
+
+
+def test_exponential_squash_has_slope_one_at_zero():
+    # Unlike squash (slope 0), a short capsule keeps almost its own length.
+    s = np.array([[1e-3, 0.0]], "float32")
+    np.testing.assert_allclose(ops.convert_to_numpy(exponential_squash(s))[0, 0], 1e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_exponential_squash_of_low_precision_computes_in_float32(dtype):
+    s = ops.cast(np.full((2, 16), 300.0, "float32"), dtype)  # |s|^2 overflows float16
+    v = exponential_squash(s)
+    assert ops.dtype(v) == dtype
+    assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(v, "float32"))))

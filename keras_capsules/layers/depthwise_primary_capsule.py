@@ -1,0 +1,155 @@
+import keras
+from keras import ops
+
+from keras_capsules._validation import check_positive_int
+from keras_capsules.ops import exponential_squash
+
+
+def _pair(name, value):
+    pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if (
+        not isinstance(pair, (tuple, list))
+        or len(pair) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair)
+    ):
+        raise ValueError(
+            f"`{name}` must be a positive integer or a tuple of 2. Received: {name}={value!r}"
+        )
+    return tuple(pair)
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class DepthwisePrimaryCapsule(keras.layers.Layer):
+    """Primary capsules from a depthwise convolution (Efficient-CapsNet).
+
+    Each input channel is filtered on its own (a depthwise convolution, one
+    `kernel_size` filter and a bias per channel, no activation); at every
+    output position the channels are split into `capsule_types` capsules of
+    `capsule_dim` dimensions, squashed with
+    `keras_capsules.ops.exponential_squash`. The input must have
+    `capsule_types * capsule_dim` channels. With `kernel_size=None` the
+    filter covers the whole feature map, as in the paper, so that each
+    capsule sees the whole image: one position, `capsule_types` capsules.
+
+    Args:
+        capsule_types: number of capsules per position (16 in the paper).
+        capsule_dim: dimensions of each capsule (8 in the paper).
+        kernel_size: int or tuple of 2 ints; `None` (default) for the whole
+            feature map (the input's height and width must then be known).
+        strides: int or tuple of 2 ints (1).
+        kernel_initializer: initializer of the depthwise kernel.
+        bias_initializer: initializer of the bias.
+        kernel_regularizer: optional regularizer of the depthwise kernel.
+        **kwargs: base layer arguments such as `name` and `dtype`.
+
+    Call arguments:
+        inputs: feature maps `(batch, height, width, capsule_types * capsule_dim)`.
+
+    Returns:
+        Capsules of shape `(batch, out_height * out_width * capsule_types, capsule_dim)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = DepthwisePrimaryCapsule(capsule_types=16, capsule_dim=8)
+    >>> tuple(layer(np.ones((2, 9, 9, 128), "float32")).shape)
+    (2, 16, 8)
+
+    Reference:
+        Mazzia, Salvetti, Chiaberge. Efficient-CapsNet: Capsule Network with
+        Self-Attention Routing. Scientific Reports 11, 14634 (2021).
+    """
+
+    def __init__(
+        self,
+        capsule_types=None,
+        capsule_dim=None,
+        kernel_size=None,
+        strides=1,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("capsule_types", capsule_types)
+        check_positive_int("capsule_dim", capsule_dim)
+        self.capsule_types = capsule_types
+        self.capsule_dim = capsule_dim
+        self.kernel_size = None if kernel_size is None else _pair("kernel_size", kernel_size)
+        self.strides = _pair("strides", strides)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.input_spec = keras.layers.InputSpec(ndim=4)
+
+    def _window(self, input_shape):
+        """The kernel's (height, width) for inputs of `input_shape`."""
+        if self.kernel_size is not None:
+            return self.kernel_size
+        height, width = input_shape[1], input_shape[2]
+        if height is None or width is None:
+            raise ValueError(
+                "DepthwisePrimaryCapsule with kernel_size=None covers the whole feature map, "
+                f"so it needs a known height and width. Received: input_shape={input_shape}"
+            )
+        return (height, width)
+
+    def build(self, input_shape):
+        channels = self.capsule_types * self.capsule_dim
+        if len(input_shape) != 4 or input_shape[-1] != channels:
+            raise ValueError(
+                "DepthwisePrimaryCapsule expects inputs of shape (batch, height, width, "
+                f"capsule_types * capsule_dim = {channels}). Received: input_shape={input_shape}"
+            )
+        window = self._window(input_shape)
+        for size, extent in zip(window, input_shape[1:3]):
+            if extent is not None and size > extent:
+                raise ValueError(
+                    f"`kernel_size` {window} is larger than the feature map "
+                    f"{tuple(input_shape[1:3])}. Received: input_shape={input_shape}"
+                )
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=window + (channels, 1),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+        )
+        self.bias = self.add_weight(
+            name="bias", shape=(channels,), initializer=self.bias_initializer
+        )
+        self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: channels})
+
+    def call(self, inputs):
+        kernel = ops.cast(self.kernel, self.compute_dtype)
+        features = ops.depthwise_conv(inputs, kernel, strides=self.strides, padding="valid")
+        features = features + ops.cast(self.bias, self.compute_dtype)
+        shape = ops.shape(features)
+        capsules = ops.reshape(
+            features, (shape[0], shape[1] * shape[2] * self.capsule_types, self.capsule_dim)
+        )
+        return exponential_squash(capsules)
+
+    def compute_output_shape(self, input_shape):
+        window = self._window(input_shape)
+        extents = [
+            None if extent is None else (extent - size) // stride + 1
+            for extent, size, stride in zip(input_shape[1:3], window, self.strides)
+        ]
+        count = None if None in extents else extents[0] * extents[1] * self.capsule_types
+        return (input_shape[0], count, self.capsule_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "capsule_types": self.capsule_types,
+                "capsule_dim": self.capsule_dim,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            }
+        )
+        return config

@@ -1,0 +1,91 @@
+"""Self-attention routing (Mazzia et al. 2021, Efficient-CapsNet)."""
+
+from keras import ops
+
+from keras_capsules.ops import exponential_squash
+from keras_capsules.routing._contract import LOW_PRECISION
+
+
+def self_attention_routing(votes, bias=None, return_coupling=False):
+    """Self-attention routing of Efficient-CapsNet, in one pass.
+
+    For every output capsule `j`, the votes of the `n` input capsules form a
+    matrix `U_j` (`n x d`) and their self-attention matrix is
+    `A_j = U_j U_j^T / sqrt(d)`. Each input capsule's agreement with the
+    others, `sum_k A_j[i, k]`, goes through a softmax over the output capsules
+    `j`, giving the coupling coefficients `c[i, j]`; the prior `bias[i, j]` is
+    added, and each output is `v_j = squash(sum_i (c[i, j] + bias[i, j]) *
+    U_j[i])` with the exponential squash (`keras_capsules.ops.exponential_squash`).
+    There are no iterations.
+
+    The row sums of `A_j` are computed as `U_j (sum_k U_j[k]) / sqrt(d)`, the
+    same numbers without forming the `n x n` matrices: the cost is linear in
+    the number of input capsules. Routing runs in float32 whatever the dtype of
+    `votes` and returns their dtype. It stays finite for huge votes: the
+    agreements, which scale as the square of the votes, never overflow, and
+    only outputs longer than the largest float32 would not be finite.
+
+    Args:
+        votes: prediction vectors `u_hat[j|i]`, shape
+            `(batch, num_inputs, num_outputs, output_dim)`.
+        bias: optional prior of the coupling coefficients, added after the
+            softmax, shape `(num_inputs, num_outputs)` (the layer's learned
+            `B`); `None` for none.
+        return_coupling: if `True`, also return the coefficients `c + bias`,
+            shape `(batch, num_inputs, num_outputs)`.
+
+    Returns:
+        The output capsules `v`, shape `(batch, num_outputs, output_dim)`, or
+        `(v, c)` if `return_coupling` is `True`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> votes = np.random.normal(size=(2, 16, 10, 16)).astype("float32")
+    >>> tuple(self_attention_routing(votes).shape)
+    (2, 10, 16)
+
+    Reference:
+        Mazzia, Salvetti, Chiaberge. Efficient-CapsNet: Capsule Network with
+        Self-Attention Routing. Scientific Reports 11, 14634 (2021), eq. 6-8.
+    """
+    if len(votes.shape) != 4:
+        raise ValueError(
+            "`votes` must have shape (batch, num_inputs, num_outputs, output_dim). "
+            f"Received: votes.shape={tuple(votes.shape)}"
+        )
+    votes = ops.convert_to_tensor(votes)
+    dtype = ops.dtype(votes)
+    if dtype in LOW_PRECISION:
+        votes = ops.cast(votes, "float32")
+    if bias is not None:
+        bias = ops.cast(ops.convert_to_tensor(bias), ops.dtype(votes))
+        expected = tuple(votes.shape[1:3])
+        if tuple(bias.shape) != expected and None not in expected:
+            raise ValueError(
+                f"`bias` must have shape (num_inputs, num_outputs) = {expected}. "
+                f"Received: bias.shape={tuple(bias.shape)}"
+            )
+    # The logits scale as the square of the votes: they are computed on the
+    # votes divided by c = max(1, max |votes|) of each example, then
+    # multiplied by c twice after subtracting their maximum, so that no
+    # product of two large numbers overflows (an entry 0 stays 0, not inf * 0).
+    largest = ops.max(ops.abs(votes), axis=(1, 2, 3), keepdims=True, initial=1.0)
+    scale = ops.stop_gradient(ops.maximum(largest, 1.0))
+    scaled = votes / scale
+    dim = votes.shape[-1]
+    totals = ops.sum(scaled, axis=1, keepdims=True)  # (batch, 1, outputs, dim)
+    logits = ops.sum(scaled * totals, axis=-1) / float(dim) ** 0.5
+    logits = logits - ops.stop_gradient(ops.max(logits, axis=-1, keepdims=True))
+    # Beyond 2^40 the factor is capped: any gap between scaled logits that
+    # float32 resolves is then multiplied by at least 2^80 with or without the
+    # cap, so the softmax is one-hot either way, and its gradient zero either
+    # way; without the cap that zero would pass through an overflowing scale^2.
+    factor = ops.minimum(ops.squeeze(scale, -1), 2.0**40)
+    coupling = ops.softmax(logits * factor * factor, axis=-1)  # over the output capsules
+    if bias is not None:
+        coupling = coupling + bias
+    outputs = exponential_squash(ops.einsum("bij,bijd->bjd", coupling, votes))
+    if ops.dtype(outputs) != dtype:
+        outputs, coupling = ops.cast(outputs, dtype), ops.cast(coupling, dtype)
+    return (outputs, coupling) if return_coupling else outputs
