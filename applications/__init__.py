@@ -4,12 +4,14 @@ from applications.baseline_cnn import BaselineCNN
 from applications.capsnet_mnist import CapsNetMNIST
 from applications.capsnet_multimnist import CapsNetMultiMNIST
 from applications.capsnet_multimnist import MultiMNISTAccuracy
+from applications.efficient_capsnet import EfficientCapsNet
 from applications.matrix_capsnet_norb import MatrixCapsNetNORB
 
 __all__ = [
     "BaselineCNN",
     "CapsNetMNIST",
     "CapsNetMultiMNIST",
+    "EfficientCapsNet",
     "MatrixCapsNetNORB",
     "MultiMNISTAccuracy",
 ]

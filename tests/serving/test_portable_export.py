@@ -32,6 +32,9 @@ MODELS = {
     "matrix_capsnet_norb": lambda: applications.MatrixCapsNetNORB(
         A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3
     ),
+    "efficient_capsnet": lambda: applications.EfficientCapsNet(
+        conv_filters=(8, 8, 8, 32), primary_capsule_types=4, capsule_dim=8, decoder_units=(32,)
+    ),
 }
 
 

@@ -1,0 +1,157 @@
+"""What the capsule classifiers share: their loss, metrics, inference methods and config."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from applications._inputs import InputRangeCheck
+from applications._losses import batch_mean
+from applications._losses import with_penalties
+from applications._predictions import CapsulePredictions
+from keras_capsules.layers import Length
+from keras_capsules.layers import Mask
+from keras_capsules.layers import ReconstructionDecoder
+from keras_capsules.losses import MarginLoss
+from keras_capsules.losses import ReconstructionLoss
+
+
+class CapsuleClassifier(CapsulePredictions, InputRangeCheck, keras.Model):
+    """A functional model from images to class capsules, trained on the margin loss.
+
+    A subclass builds its graph from `images` to the class capsules `poses`
+    `(batch, num_classes, capsule_dim)` and hands both to `__init__`, with its
+    config (which must hold `input_shape`, `num_classes`, `capsule_dim` and
+    `rescale`). This class adds the capsule lengths as `"probabilities"`, the
+    reconstruction decoder fed the true label's capsule, the loss (margin loss
+    plus the scaled reconstruction loss), the metrics, `decode`,
+    `reconstruct` and the config round trip.
+    """
+
+    def __init__(
+        self,
+        images,
+        poses,
+        *,
+        config,
+        policy,
+        decoder_units,
+        reconstruction_weight,
+        optimizer,
+        compile,
+        name,
+        **kwargs,
+    ):
+        probabilities = Length(name="probabilities", dtype="float32")(poses)
+        super().__init__(
+            inputs=images,
+            outputs={"probabilities": probabilities, "poses": poses},
+            name=name,
+            **kwargs,
+        )
+        # The model's own policy decides loss scaling in compile (mixed_float16).
+        self.dtype_policy = policy
+        self._config = config
+        self.image_shape = config["input_shape"]
+        self.rescale = config["rescale"]
+        self.num_classes = config["num_classes"]
+        self.mask = Mask(name="mask")
+        self.decoder = None
+        if decoder_units is not None:
+            self.decoder = ReconstructionDecoder(
+                self.image_shape, hidden_units=decoder_units, name="decoder", dtype=policy
+            )
+            self.decoder.build((None, self.num_classes, config["capsule_dim"]))
+        self.margin_loss = MarginLoss()
+        self.reconstruction_loss = ReconstructionLoss(weight=reconstruction_weight)
+        self.margin_loss_tracker = keras.metrics.Mean(name="margin_loss")
+        self.reconstruction_loss_tracker = keras.metrics.Mean(name="reconstruction_loss")
+        if compile:
+            self.compile(optimizer=optimizer, metrics=self._default_metrics())
+
+    # Training ---------------------------------------------------------------
+
+    def _default_metrics(self):
+        """Metrics of the default compile; subclasses with other targets override it."""
+        return ["accuracy"]
+
+    def _images(self, x):
+        """The reconstruction target: the input images scaled to [0, 1]."""
+        x = ops.cast(x, "float32")
+        if self.rescale is not None:
+            x = x * self.rescale
+        return ops.reshape(x, (ops.shape(x)[0],) + self.image_shape)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if y is None:
+            raise ValueError(f"{type(self).__name__} needs labels `y` to compute its loss.")
+        pairs = [(y, self._images(x))] if self.decoder is not None else []
+        total = self._capsule_loss(y, pairs, y_pred, sample_weight)
+        return with_penalties(self, total, x, y, y_pred, sample_weight, training)
+
+    def _capsule_loss(self, targets, reconstructions, y_pred, sample_weight):
+        """Margin loss of `targets` plus, with a decoder, one reconstruction term per pair.
+
+        `reconstructions` holds `(labels, images)` pairs: the decoder's output
+        from the capsules `labels` alone is compared with `images` (in [0, 1]),
+        and the terms are summed.
+        """
+        # The losses are scaled for summing across tf.distribute replicas (as
+        # Keras scales them); the trackers report the batch's plain means.
+        probabilities = y_pred["probabilities"]
+        total = self.margin_loss(targets, probabilities, sample_weight=sample_weight)
+        self.margin_loss_tracker.update_state(
+            batch_mean(self.margin_loss, targets, probabilities, sample_weight)
+        )
+        if self.decoder is not None:
+            reconstruction, tracked = 0.0, 0.0
+            for labels, images in reconstructions:
+                decoded = ops.cast(
+                    self.decoder(self.mask(y_pred["poses"], labels=labels)), "float32"
+                )
+                loss = self.reconstruction_loss
+                reconstruction = reconstruction + loss(images, decoded, sample_weight=sample_weight)
+                tracked = tracked + batch_mean(loss, images, decoded, sample_weight)
+            self.reconstruction_loss_tracker.update_state(tracked)
+            total = total + reconstruction
+        return total
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return super().compute_metrics(x, y, y_pred["probabilities"], sample_weight)
+
+    # Inference --------------------------------------------------------------
+
+    def _prediction_inputs(self, x):
+        if isinstance(x, np.ndarray) and x.ndim == 3 and self.image_shape[-1] == 1:
+            x = x[..., None]  # (n, 28, 28) as load_data gives it: one trace for both ranks
+        return x
+
+    def decode(self, poses, labels=None):
+        """Reconstruct images from class capsules.
+
+        Args:
+            poses: class capsules `(batch, num_classes, capsule_dim)`, e.g. from
+                `predict_poses(x)`, possibly perturbed.
+            labels: the capsules to decode from (class indices or one-hot);
+                `None` decodes from the longest capsule of each example.
+
+        Returns:
+            A NumPy array of images in [0, 1], shape `(batch,) + input_shape`.
+        """
+        if self.decoder is None:
+            raise ValueError("This model was built with `decoder_units=None`: it has no decoder.")
+        poses = ops.convert_to_tensor(poses, dtype=self.decoder.compute_dtype)
+        return ops.convert_to_numpy(self.decoder(self.mask(poses, labels=labels)))
+
+    def reconstruct(self, x, labels=None, batch_size=100):
+        """Reconstruct images through the capsules: `decode(predict_poses(x))`."""
+        poses = self.predict_poses(x, batch_size=batch_size, verbose=0)
+        return self.decode(poses, labels=labels)
+
+    # Serialization ----------------------------------------------------------
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self._config}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
