@@ -6,7 +6,8 @@ each for `--minutes` of wall-clock time (compilation included) from seed 0,
 with its own default compile and batch size, shuffled, without augmentation,
 then tests it on the 10,000 test images. Each run is its own process, so that
 its peak RSS is its own. Prints one JSON object: per run, test accuracy,
-parameters (all, trainable, and without the reconstruction decoder), steps and images trained, training images per
+parameters (all, trainable, and without the reconstruction decoder), steps and
+images trained, training images per
 second (after the first 5 steps, which compile), and peak RSS. A Markdown
 table of the same goes to stderr.
 
