@@ -181,6 +181,30 @@ def test_train_matrix_capsnet_norb_on_official_files(tmp_path, capsys):
     assert "Test accuracy:" in capsys.readouterr().out
 
 
+def test_train_efficient_capsnet_mnist_and_continue_it(tmp_path, capsys):
+    import applications
+
+    output = str(tmp_path / "efficient")
+    args = ["train", "efficient-capsnet-mnist", "--output", output, "--train-size", "32"]
+    args += ["--test-size", "16", "--verbose", "0", "--seed", "3"]
+    assert cli.main(args) == 0
+    metrics = json.load(open(os.path.join(output, "metrics.json")))
+    assert metrics["model"] == "efficient-capsnet-mnist" and metrics["batch_size"] == 16
+    assert metrics["train_steps_this_session"] == 2 and metrics["nonfinite_loss_steps"] == 0
+    # More epochs continue the finished run from its model and optimizer.
+    assert cli.main(args + ["--epochs", "2"]) == 0
+    assert "Continuing the finished run from epoch 2" in capsys.readouterr().out
+    assert epochs_logged(output) == [0, 1]
+    assert json.load(open(os.path.join(output, "metrics.json")))["epochs"] == 2
+    saved = _model.load_model(os.path.join(output, "model.keras"))
+    assert isinstance(saved, applications.EfficientCapsNet)
+    assert int(saved.optimizer.iterations.numpy()) == 4
+    schedule = saved.optimizer.get_config()["learning_rate"]["config"]
+    # The paper's 5e-4, decayed by 0.97 per epoch: 2 steps of 16 of the 32 images.
+    assert (schedule["initial_learning_rate"], schedule["decay_rate"]) == (5e-4, 0.97)
+    assert schedule["decay_steps"] == 2
+
+
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
 def test_train_with_mixed_precision_and_data_parallel(tmp_path, precision):
     import keras
