@@ -206,6 +206,35 @@ def test_matrix_capsnet_norb_contract(tmp_path):
 
 
 @requires_tensorflow
+def test_efficient_capsnet_contract(efficient_capsnet_export):
+    """CapsNetMNIST's contract: the same signatures, outputs and checks in the graph."""
+    import tensorflow as tf
+
+    model, path, x = efficient_capsnet_export
+    found = signatures(path)
+    assert set(found) == {"serving_default", "reconstruct", "reconstruct_capsule"}
+    served = found["serving_default"](images=tf.constant(x))
+    expected = {k: v.numpy() for k, v in model(x, training=False).items()}  # no predict trace
+    assert set(served) == {"probabilities", "classes", "poses"}
+    np.testing.assert_allclose(served["probabilities"], expected["probabilities"], atol=1e-5)
+    np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
+    np.testing.assert_array_equal(served["classes"], expected["probabilities"].argmax(-1))
+    reconstructed = found["reconstruct"](images=tf.constant(x))["reconstructions"]
+    np.testing.assert_allclose(reconstructed, model.decode(expected["poses"]), atol=1e-5)
+    labels = np.array([3, 1, 4, 1])
+    chosen = found["reconstruct_capsule"](images=tf.constant(x), capsules=tf.constant(labels))
+    np.testing.assert_allclose(
+        chosen["reconstructions"], model.decode(expected["poses"], labels=labels), atol=1e-5
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\(batch, 28, 28, 1\)"):
+        found["serving_default"](images=tf.zeros((1, 32, 32, 1)))
+    x = x.copy()
+    x[1, 5, 5, 0] = np.nan
+    with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or infinite pixels"):
+        found["serving_default"](images=tf.constant(x))
+
+
+@requires_tensorflow
 def test_models_built_from_layers(tmp_path):
     """Capsule outputs are served as their lengths; [poses, activations] as activations."""
     import tensorflow as tf

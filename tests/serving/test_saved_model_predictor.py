@@ -69,3 +69,35 @@ def test_an_integer_beyond_float_range_is_a_bad_request(predictor):
     image[3][4][0] = 10**400
     with pytest.raises(InvalidInput, match="NaN or infinite pixels"):
         asyncio.run(predictor.predict({"instances": [image]}))
+
+
+def test_an_efficient_capsnet_is_served_as_capsnet_mnist_is(efficient_capsnet_export):
+    """What `keras-capsules serve` answers: its predictions, and InvalidInput (a 400)."""
+    from kserve.errors import InvalidInput
+
+    from keras_capsules.serving.saved_model_predictor import SavedModelPredictor
+
+    model, path, x = efficient_capsnet_export
+    served = SavedModelPredictor("efficient", path)
+    served.load()
+    assert served.image_shape == (28, 28, 1)
+    predictions = predict(served, x)["predictions"]
+    expected = {k: v.numpy() for k, v in model(x, training=False).items()}
+    np.testing.assert_allclose(
+        [p["probabilities"] for p in predictions], expected["probabilities"], atol=1e-5
+    )
+    assert [p["classes"] for p in predictions] == expected["probabilities"].argmax(-1).tolist()
+    request = {
+        "signature_name": "reconstruct_capsule",
+        "instances": [{"images": x[i].tolist(), "capsules": c} for i, c in enumerate([7, 2])],
+    }
+    np.testing.assert_allclose(
+        asyncio.run(served.predict(request))["predictions"],
+        model.decode(expected["poses"][:2], labels=np.array([7, 2])),
+        atol=1e-5,
+    )
+    with pytest.raises(InvalidInput, match=r"\(28, 28, 1\)"):
+        predict(served, np.zeros((2, 32, 32, 1)))
+    request["instances"][0]["capsules"] = 10
+    with pytest.raises(InvalidInput, match=r"class indices in \[0, 10\)"):
+        asyncio.run(served.predict(request))
