@@ -2,7 +2,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_positive_int
-from keras_capsules.routing._self_attention import self_attention_routing
+from keras_capsules.routing._self_attention import attend
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -81,14 +81,17 @@ class SelfAttentionCapsule(keras.layers.Layer):
 
     def votes(self, inputs):
         """Prediction vectors `u_hat[j|i]`: `(batch, num_inputs, capsule_types, capsule_dim)`."""
+        return ops.transpose(self._votes(inputs), (0, 2, 1, 3))
+
+    def _votes(self, inputs):
+        # Laid out (batch, capsule_types, num_inputs, capsule_dim), as routing takes them.
         inputs = ops.cast(inputs, self.compute_dtype)
         kernel = ops.cast(self.kernel, self.compute_dtype)
-        return ops.einsum("bid,jide->bije", inputs, kernel)
+        return ops.einsum("bid,jide->bjie", inputs, kernel)
 
     def call(self, inputs, return_coupling=False):
-        return self_attention_routing(
-            self.votes(inputs), bias=self.bias, return_coupling=return_coupling
-        )
+        outputs, coupling = attend(self._votes(inputs), ops.transpose(self.bias))
+        return (outputs, ops.transpose(coupling, (0, 2, 1))) if return_coupling else outputs
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.capsule_types, self.capsule_dim)

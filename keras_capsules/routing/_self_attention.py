@@ -4,6 +4,8 @@ from keras import ops
 
 from keras_capsules.ops import exponential_squash
 from keras_capsules.routing._contract import LOW_PRECISION
+from keras_capsules.routing._contract import contract_inputs
+from keras_capsules.routing._contract import contract_pose
 
 
 def self_attention_routing(votes, bias=None, return_coupling=False):
@@ -55,37 +57,51 @@ def self_attention_routing(votes, bias=None, return_coupling=False):
             f"Received: votes.shape={tuple(votes.shape)}"
         )
     votes = ops.convert_to_tensor(votes)
-    dtype = ops.dtype(votes)
-    if dtype in LOW_PRECISION:
-        votes = ops.cast(votes, "float32")
     if bias is not None:
-        bias = ops.cast(ops.convert_to_tensor(bias), ops.dtype(votes))
         expected = tuple(votes.shape[1:3])
         if tuple(bias.shape) != expected and None not in expected:
             raise ValueError(
                 f"`bias` must have shape (num_inputs, num_outputs) = {expected}. "
                 f"Received: bias.shape={tuple(bias.shape)}"
             )
-    # The logits scale as the square of the votes: they are computed on the
-    # votes divided by c = max(1, max |votes|) of each example, then
-    # multiplied by c twice after subtracting their maximum, so that no
-    # product of two large numbers overflows (an entry 0 stays 0, not inf * 0).
+        bias = ops.transpose(bias)
+    outputs, coupling = attend(ops.transpose(votes, (0, 2, 1, 3)), bias)
+    if return_coupling:
+        return outputs, ops.transpose(coupling, (0, 2, 1))
+    return outputs
+
+
+def attend(votes, bias=None):
+    """`self_attention_routing` on votes laid out parents first: `(batch, outputs, inputs, dim)`.
+
+    `bias` is `(outputs, inputs)`. Returns the outputs `(batch, outputs, dim)`
+    and the coefficients `(batch, outputs, inputs)`. Every step is a batched
+    product with the votes (or the votes divided by their largest entry)
+    or a reduction of them.
+    """
+    dtype = ops.dtype(votes)
+    if dtype in LOW_PRECISION:
+        votes = ops.cast(votes, "float32")
+    # The logits scale as the square of the votes: they are computed for the
+    # votes divided by c = max(1, max |votes|) of each example, and multiplied
+    # by c twice after subtracting their maximum, so that no product of two
+    # large numbers overflows, in the forward pass or the backward one.
     largest = ops.max(ops.abs(votes), axis=(1, 2, 3), keepdims=True, initial=1.0)
     scale = ops.stop_gradient(ops.maximum(largest, 1.0))
     scaled = votes / scale
-    dim = votes.shape[-1]
-    totals = ops.sum(scaled, axis=1, keepdims=True)  # (batch, 1, outputs, dim)
-    logits = ops.sum(scaled * totals, axis=-1) / float(dim) ** 0.5
-    logits = logits - ops.stop_gradient(ops.max(logits, axis=-1, keepdims=True))
+    totals = ops.sum(scaled, axis=2)  # (batch, outputs, dim)
+    logits = contract_pose(scaled, totals / float(votes.shape[-1]) ** 0.5)  # true logits / c^2
+    scale = scale[..., 0]
+    logits = logits - ops.stop_gradient(ops.max(logits, axis=1, keepdims=True))
     # Beyond 2^40 the factor is capped: any gap between scaled logits that
     # float32 resolves is then multiplied by at least 2^80 with or without the
-    # cap, so the softmax is one-hot either way, and its gradient zero either
-    # way; without the cap that zero would pass through an overflowing scale^2.
-    factor = ops.minimum(ops.squeeze(scale, -1), 2.0**40)
-    coupling = ops.softmax(logits * factor * factor, axis=-1)  # over the output capsules
+    # cap, so the softmax is one-hot either way and its gradient zero but for
+    # rounding, which an uncapped c^2 would blow up to inf.
+    factor = ops.minimum(scale, 2.0**40)
+    coupling = ops.softmax(logits * factor * factor, axis=1)  # over the output capsules
     if bias is not None:
-        coupling = coupling + bias
-    outputs = exponential_squash(ops.einsum("bij,bijd->bjd", coupling, votes))
+        coupling = coupling + ops.cast(bias, ops.dtype(coupling))
+    outputs = exponential_squash(contract_inputs(coupling, votes))
     if ops.dtype(outputs) != dtype:
         outputs, coupling = ops.cast(outputs, dtype), ops.cast(coupling, dtype)
-    return (outputs, coupling) if return_coupling else outputs
+    return outputs, coupling
