@@ -1,5 +1,6 @@
 """Prebuilt capsule networks, ready to train with `model.fit`."""
 
+from applications.backbone_capsnet import BackboneCapsNet
 from applications.baseline_cnn import BaselineCNN
 from applications.capsnet_mnist import CapsNetMNIST
 from applications.capsnet_multimnist import CapsNetMultiMNIST
@@ -8,6 +9,7 @@ from applications.efficient_capsnet import EfficientCapsNet
 from applications.matrix_capsnet_norb import MatrixCapsNetNORB
 
 __all__ = [
+    "BackboneCapsNet",
     "BaselineCNN",
     "CapsNetMNIST",
     "CapsNetMultiMNIST",

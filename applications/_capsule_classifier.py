@@ -21,10 +21,12 @@ class CapsuleClassifier(CapsulePredictions, InputRangeCheck, keras.Model):
     A subclass builds its graph from `images` to the class capsules `poses`
     `(batch, num_classes, capsule_dim)` and hands both to `__init__`, with its
     config (which must hold `input_shape`, `num_classes`, `capsule_dim` and
-    `rescale`). This class adds the capsule lengths as `"probabilities"`, the
-    reconstruction decoder fed the true label's capsule, the loss (margin loss
-    plus the scaled reconstruction loss), the metrics, `decode`,
-    `reconstruct` and the config round trip.
+    `rescale`). This class adds the class scores as `"probabilities"` (the
+    capsule lengths, or the subclass's own `scores` in [0, 1] for capsules
+    whose length is no probability), the reconstruction decoder fed the true
+    label's capsule, the loss (the margin loss of the scores, or the
+    subclass's `class_loss`, plus the scaled reconstruction loss), the
+    metrics, `decode`, `reconstruct` and the config round trip.
     """
 
     def __init__(
@@ -39,9 +41,16 @@ class CapsuleClassifier(CapsulePredictions, InputRangeCheck, keras.Model):
         optimizer,
         compile,
         name,
+        scores=None,
+        class_loss=None,
         **kwargs,
     ):
-        probabilities = Length(name="probabilities", dtype="float32")(poses)
+        if scores is None:
+            probabilities = Length(name="probabilities", dtype="float32")(poses)
+        else:
+            probabilities = keras.layers.Activation(
+                "linear", name="probabilities", dtype="float32"
+            )(scores)
         super().__init__(
             inputs=images,
             outputs={"probabilities": probabilities, "poses": poses},
@@ -61,9 +70,9 @@ class CapsuleClassifier(CapsulePredictions, InputRangeCheck, keras.Model):
                 self.image_shape, hidden_units=decoder_units, name="decoder", dtype=policy
             )
             self.decoder.build((None, self.num_classes, config["capsule_dim"]))
-        self.margin_loss = MarginLoss()
+        self.margin_loss = MarginLoss() if class_loss is None else class_loss
         self.reconstruction_loss = ReconstructionLoss(weight=reconstruction_weight)
-        self.margin_loss_tracker = keras.metrics.Mean(name="margin_loss")
+        self.margin_loss_tracker = keras.metrics.Mean(name=self.margin_loss.name)
         self.reconstruction_loss_tracker = keras.metrics.Mean(name="reconstruction_loss")
         if compile:
             self.compile(optimizer=optimizer, metrics=self._default_metrics())

@@ -1,0 +1,461 @@
+import keras
+
+from applications._capsule_classifier import CapsuleClassifier
+from applications._checks import check_positive_ints
+from applications._checks import image_shape
+from applications._defaults import default_optimizer
+from applications._defaults import dtype_policy
+from applications._inputs import PIXELS
+from applications._inputs import check_rescale
+from applications._inputs import rescaled
+from keras_capsules.layers import CapsuleLayer
+from keras_capsules.layers import ClassMatrixCapsule
+from keras_capsules.layers import DepthwisePrimaryCapsule
+from keras_capsules.layers import InvertedDotProductCapsule
+from keras_capsules.layers import PrimaryCapsule
+from keras_capsules.layers import PrimaryMatrixCapsule
+from keras_capsules.layers import SelfAttentionCapsule
+from keras_capsules.losses import SpreadLoss
+
+ROUTINGS = ("dynamic", "em", "self_attention", "inverted_dot_product")
+"""The values of `BackboneCapsNet`'s `routing`."""
+
+_ITERATIONS = {"dynamic": 3, "em": 3, "inverted_dot_product": 2}
+"""Each routing's default number of iterations (self-attention routes in one pass)."""
+
+_MATRIX_DIM = 16
+"""Entries of a flattened 4x4 pose matrix: EM routing's capsule size."""
+
+_SPREAD_MARGIN = 0.2
+"""EM routing's default spread margin, the start of the paper's rise to 0.9."""
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class BackboneCapsNet(CapsuleClassifier):
+    """Capsules on any feature extractor: a backbone, primary capsules and a routing layer.
+
+    `backbone` is any Keras model or layer that maps images
+    `(batch, height, width, channels)` to a feature map
+    `(batch, height', width', channels')`: your own `Sequential` of
+    convolutions, a `keras.applications` model built with
+    `include_top=False` (and `pooling=None`), or a keras-hub backbone that
+    returns a feature map. The model runs the (rescaled) images through it,
+    normalises the feature map's channels at every position (a
+    `LayerNormalization`, so that the head sees features of one scale from
+    any backbone; `normalize_features=False` leaves them as they are), reads
+    it into primary capsules and routes them to `num_classes` class capsules:
+
+    - `"dynamic"`: `PrimaryCapsule` (a `primary_kernel_size` convolution
+      with "same" padding) -> `CapsuleLayer`, dynamic routing;
+    - `"self_attention"`: a `primary_kernel_size` convolution to
+      `primary_capsule_types * primary_capsule_dim` channels ->
+      `DepthwisePrimaryCapsule` over the whole map -> `SelfAttentionCapsule`,
+      as Efficient-CapsNet;
+    - `"inverted_dot_product"`: `PrimaryCapsule`, as for `"dynamic"` ->
+      `InvertedDotProductCapsule`;
+    - `"em"`: `PrimaryMatrixCapsule` ("same" padding) ->
+      `ClassMatrixCapsule`, EM routing with coordinate addition.
+
+    The class scores are the model's `"probabilities"` output, in [0, 1]:
+
+    - dynamic and self-attention routing squash their capsules, so the
+      scores are the capsule lengths, as in `CapsNetMNIST` and
+      `EfficientCapsNet`, trained on the margin loss;
+    - inverted dot-product routing layer-normalises its capsules, which gives
+      them all the length `sqrt(capsule_dim)` until the norm's scale and
+      offset are learned: as in the official code of Tsai et al., one
+      linear unit shared by the classes reads each class capsule, here
+      through a sigmoid trained on the margin loss (the paper trains its
+      logits with cross-entropy);
+    - EM routing gives each class a 4x4 pose matrix (the `"poses"`, 16
+      entries) and an activation in (0, 1), which is the score. It trains on
+      the paper's spread loss at the fixed margin `spread_margin` (logged
+      as `spread_loss`): on the margin loss, whose targets are absolute
+      (0.9 and 0.1), the activations, all near 1 at first, fell together and
+      the head learned Fashion-MNIST far more slowly (10% after 3,000
+      images, against 60% with the spread loss). The head has no
+      convolutional capsule layers (`MatrixCapsule`): the backbone does what
+      they did. `MatrixCapsNetNORB` is the paper's whole network, with the
+      margin's rise.
+
+    With `decoder_units`, a `ReconstructionDecoder` fed the true class's
+    capsule reconstructs the rescaled input image, as in `CapsNetMNIST`. It
+    has one output per pixel, so it is off by default: for 224x224 RGB images
+    a hidden layer of 1024 units would alone hold 154M weights.
+
+    Inputs, outputs and the rest behave as in `CapsNetMNIST`: `fit(x, y)`
+    with integer or one-hot labels and no `loss` argument, `predict` for the
+    scores `(n, num_classes)`, `predict_poses` for the class capsules,
+    `reconstruct` and `decode` with a decoder, and `.keras` files that hold
+    the backbone too (`keras.saving.load_model` rebuilds it; a custom layer
+    of your backbone must be registered with Keras, as for any model).
+
+    Args:
+        backbone: a `keras.Model` or `keras.layers.Layer` from images to a 4D
+            feature map of known size. Its own preprocessing (e.g. the
+            `Rescaling` of `keras.applications` models built with
+            `include_preprocessing=True`) runs after `rescale`. Set
+            `backbone.trainable = False` before compiling to train the head
+            alone.
+        num_classes: number of class capsules.
+        routing: `"dynamic"` (default), `"em"`, `"self_attention"` or
+            `"inverted_dot_product"`.
+        input_shape: shape of one image, `(height, width, channels)`; by
+            default the backbone's input shape, which must then be fully
+            known.
+        primary_capsule_types: capsule types per position of the primary
+            convolution (32); for `"self_attention"`, the number of primary
+            capsules.
+        primary_capsule_dim: dimensions of a primary capsule: 8 by default;
+            EM routing's primary capsules are 4x4 matrices (16).
+        primary_kernel_size: kernel size of the convolution that reads the
+            feature map (1, so any feature map of at least 1x1 works).
+        capsule_dim: dimensions of a class capsule (16; EM routing: 16, a
+            4x4 matrix).
+        iterations: routing iterations; by default 3 for `"dynamic"` and
+            `"em"`, 2 for `"inverted_dot_product"`. Self-attention routing
+            has none: leave it `None`.
+        normalize_features: normalise the feature map's channels at every
+            position before the primary capsules (`True`).
+        spread_margin: the margin of EM routing's spread loss, in (0, 1]
+            (0.2, the paper's first). Only for `routing="em"`.
+        decoder_units: hidden layer sizes of the reconstruction decoder, e.g.
+            `(512, 1024)`; `None` (default) builds none and trains on the
+            margin loss alone.
+        reconstruction_weight: scale of the summed squared reconstruction
+            error (0.0005), with a decoder.
+        learning_rate: initial Adam learning rate of the default compile (1e-3).
+        decay_steps: the learning rate is multiplied by `decay_rate` every
+            `decay_steps` steps (2000).
+        decay_rate: see `decay_steps` (0.96).
+        rescale: the factor the model multiplies its inputs by before the
+            backbone, `1 / 255` for pixel values in [0, 255]. `None` hands the
+            inputs to the backbone as they are: for a `keras.applications`
+            backbone that preprocesses raw pixels itself. The decoder
+            reconstructs the rescaled inputs, which should then lie in
+            [0, 1]. A first NumPy batch outside [0, 1 / rescale] warns; with
+            `None` the backbone decides and nothing is checked.
+        compile: compile with the defaults above and an accuracy metric.
+        dtype: dtype policy of the head's layers, e.g. `"mixed_bfloat16"`; by
+            default the global policy (the backbone keeps its own). Routing,
+            scores and losses run in float32.
+        **kwargs: `keras.Model` arguments such as `name`.
+
+    Example:
+
+    >>> import applications
+    >>> import keras
+    >>> import numpy as np
+    >>> backbone = keras.Sequential(
+    ...     [
+    ...         keras.Input((32, 32, 3)),
+    ...         keras.layers.Conv2D(16, 3, strides=2, activation="relu"),
+    ...         keras.layers.Conv2D(32, 3, strides=2, activation="relu"),
+    ...     ]
+    ... )
+    >>> model = applications.BackboneCapsNet(backbone, num_classes=5, routing="self_attention")
+    >>> images = np.random.default_rng(0).integers(0, 256, (8, 32, 32, 3))
+    >>> model.predict(images, verbose=0).shape
+    (8, 5)
+    >>> model.predict_poses(images, verbose=0).shape
+    (8, 5, 16)
+
+    A pretrained `keras.applications` backbone (this downloads its weights),
+    which takes pixels in [0, 255] and rescales them itself:
+
+    >>> base = keras.applications.MobileNetV3Small(
+    ...     input_shape=(224, 224, 3), include_top=False, weights="imagenet"
+    ... )  # doctest: +SKIP
+    >>> model = applications.BackboneCapsNet(base, num_classes=102, rescale=None)  # doctest: +SKIP
+
+    Reference:
+        Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
+        Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
+        Mazzia, Salvetti, Chiaberge. Efficient-CapsNet: Capsule Network with
+        Self-Attention Routing. Scientific Reports 11, 14634 (2021).
+        Tsai, Srivastava, Goh, Salakhutdinov. Capsules with Inverted
+        Dot-Product Attention Routing. ICLR 2020.
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        routing="dynamic",
+        input_shape=None,
+        primary_capsule_types=32,
+        primary_capsule_dim=None,
+        primary_kernel_size=1,
+        capsule_dim=16,
+        iterations=None,
+        normalize_features=True,
+        spread_margin=None,
+        decoder_units=None,
+        reconstruction_weight=0.0005,
+        learning_rate=1e-3,
+        decay_steps=2000,
+        decay_rate=0.96,
+        rescale=PIXELS,
+        compile=True,
+        dtype=None,
+        name="backbone_capsnet",
+        **kwargs,
+    ):
+        if not isinstance(backbone, keras.layers.Layer):
+            raise ValueError(
+                "`backbone` must be a Keras model or layer that maps images to feature "
+                f"maps. Received: backbone={backbone!r}"
+            )
+        if routing not in ROUTINGS:
+            raise ValueError(
+                f"`routing` must be one of {', '.join(repr(r) for r in ROUTINGS)}. "
+                f"Received: routing={routing!r}"
+            )
+        input_shape = _input_shape(backbone, input_shape)
+        rescale = check_rescale(rescale)
+        policy = dtype_policy(dtype)
+        primary_capsule_dim, capsule_dim, iterations = _capsule_sizes(
+            routing, primary_capsule_dim, capsule_dim, iterations
+        )
+        spread_margin = _spread_margin(routing, spread_margin)
+        check_positive_ints(
+            num_classes=num_classes,
+            primary_capsule_types=primary_capsule_types,
+            primary_capsule_dim=primary_capsule_dim,
+            primary_kernel_size=primary_kernel_size,
+            capsule_dim=capsule_dim,
+            **({} if iterations is None else {"iterations": iterations}),
+        )
+        if reconstruction_weight < 0:
+            raise ValueError(
+                "`reconstruction_weight` must be non-negative. "
+                f"Received: reconstruction_weight={reconstruction_weight!r}"
+            )
+
+        images = keras.Input(shape=input_shape, name="images")
+        features = backbone(rescaled(images, rescale, policy))
+        _check_features(features, input_shape)
+        if normalize_features:
+            features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(features)
+        poses, scores = _head(
+            features,
+            routing,
+            num_classes=num_classes,
+            primary_capsule_types=primary_capsule_types,
+            primary_capsule_dim=primary_capsule_dim,
+            primary_kernel_size=primary_kernel_size,
+            capsule_dim=capsule_dim,
+            iterations=iterations,
+            policy=policy,
+        )
+        config = {
+            "num_classes": num_classes,
+            "routing": routing,
+            "input_shape": input_shape,
+            "primary_capsule_types": primary_capsule_types,
+            "primary_capsule_dim": primary_capsule_dim,
+            "primary_kernel_size": primary_kernel_size,
+            "capsule_dim": capsule_dim,
+            "iterations": iterations,
+            "normalize_features": bool(normalize_features),
+            "spread_margin": spread_margin,
+            "decoder_units": None if decoder_units is None else tuple(decoder_units),
+            "reconstruction_weight": reconstruction_weight,
+            "learning_rate": learning_rate,
+            "decay_steps": decay_steps,
+            "decay_rate": decay_rate,
+            "rescale": rescale,
+            "dtype": policy.name,
+        }
+        super().__init__(
+            images,
+            poses,
+            scores=scores,
+            class_loss=None if spread_margin is None else SpreadLoss(margin=spread_margin),
+            config=config,
+            policy=policy,
+            decoder_units=decoder_units,
+            reconstruction_weight=reconstruction_weight,
+            optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
+            compile=compile,
+            name=name,
+            **kwargs,
+        )
+        self.backbone = backbone
+        self.routing = routing
+
+    def _check_input_range(self, x):
+        # Without `rescale` the backbone takes the inputs as they are, in
+        # whatever range it was built for ([0, 255] for keras.applications).
+        if self.rescale is not None:
+            super()._check_input_range(x)
+
+    def get_config(self):
+        # The backbone as it is now (frozen or not), inside the model's own config.
+        return {
+            **super().get_config(),
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("backbone"), dict):
+            config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+
+def _input_shape(backbone, input_shape):
+    """The image shape: `input_shape`, or the backbone's own, which must agree with it."""
+    try:
+        own = backbone.input_shape
+    except (AttributeError, ValueError):
+        own = None
+    if own is not None:
+        if isinstance(own, list) or len(own) != 4:
+            raise ValueError(
+                "`backbone` must take one input of images (batch, height, width, channels). "
+                f"Its input shape is {own}."
+            )
+        own = tuple(own[1:])
+    if input_shape is None:
+        if own is None or None in own:
+            raise ValueError(
+                "`input_shape` is needed: the backbone's input shape is "
+                f"{'unknown' if own is None else (None,) + own}. Pass "
+                "input_shape=(height, width, channels)."
+            )
+        return image_shape(own)
+    input_shape = image_shape(input_shape)
+    if own is not None and any(o is not None and o != i for o, i in zip(own, input_shape)):
+        raise ValueError(
+            f"`input_shape` {input_shape} does not fit the backbone's input shape "
+            f"{(None,) + own}. Received: input_shape={input_shape}"
+        )
+    return input_shape
+
+
+def _capsule_sizes(routing, primary_capsule_dim, capsule_dim, iterations):
+    """`(primary_capsule_dim, capsule_dim, iterations)` with each routing's defaults."""
+    if routing == "em":
+        for arg, value in (
+            ("primary_capsule_dim", primary_capsule_dim),
+            ("capsule_dim", capsule_dim),
+        ):
+            if value not in (None, _MATRIX_DIM):
+                raise ValueError(
+                    "EM routing's capsules are 4x4 pose matrices: "
+                    f"`{arg}` must be {_MATRIX_DIM}. Received: {arg}={value!r}"
+                )
+        primary_capsule_dim = capsule_dim = _MATRIX_DIM
+    elif primary_capsule_dim is None:
+        primary_capsule_dim = 8
+    if routing == "self_attention":
+        if iterations is not None:
+            raise ValueError(
+                "Self-attention routing routes in one pass: leave `iterations` None. "
+                f"Received: iterations={iterations!r}"
+            )
+    elif iterations is None:
+        iterations = _ITERATIONS[routing]
+    return primary_capsule_dim, capsule_dim, iterations
+
+
+def _spread_margin(routing, spread_margin):
+    """EM routing's spread margin as a float; `None` for the other routings."""
+    if routing != "em":
+        if spread_margin is not None:
+            raise ValueError(
+                "`spread_margin` is the margin of EM routing's spread loss; the other "
+                f"routings train on the margin loss. Received: spread_margin={spread_margin!r} "
+                f"with routing={routing!r}"
+            )
+        return None
+    if spread_margin is None:
+        return _SPREAD_MARGIN
+    if (
+        isinstance(spread_margin, bool)
+        or not isinstance(spread_margin, (int, float))
+        or not 0 < spread_margin <= 1
+    ):
+        raise ValueError(
+            f"`spread_margin` must be a number in (0, 1]. Received: spread_margin={spread_margin!r}"
+        )
+    return float(spread_margin)
+
+
+def _check_features(features, input_shape):
+    shape = getattr(features, "shape", None)
+    if (
+        not isinstance(features, keras.KerasTensor)
+        or len(shape) != 4
+        or any(d is None for d in shape[1:])
+    ):
+        got = shape if isinstance(features, keras.KerasTensor) else type(features).__name__
+        raise ValueError(
+            "`backbone` must map images to one feature map (batch, height, width, "
+            f"channels) of known size; on images of shape {input_shape} it gives {got}. "
+            "Build a keras.applications model with include_top=False and pooling=None."
+        )
+
+
+def _head(
+    features,
+    routing,
+    *,
+    num_classes,
+    primary_capsule_types,
+    primary_capsule_dim,
+    primary_kernel_size,
+    capsule_dim,
+    iterations,
+    policy,
+):
+    """The class capsules' poses and their scores in [0, 1] (`None`: their lengths)."""
+    if routing == "em":
+        capsules = PrimaryMatrixCapsule(
+            primary_capsule_types,
+            kernel_size=primary_kernel_size,
+            padding="same",
+            name="primary_caps",
+            dtype=policy,
+        )(features)
+        poses, activations = ClassMatrixCapsule(
+            num_classes, iterations=iterations, name="class_caps", dtype=policy
+        )(capsules)
+        return poses, activations
+    if routing == "self_attention":
+        x = keras.layers.Conv2D(
+            primary_capsule_types * primary_capsule_dim,
+            primary_kernel_size,
+            padding="same",
+            name="primary_conv",
+            dtype=policy,
+        )(features)
+        primary = DepthwisePrimaryCapsule(
+            primary_capsule_types, primary_capsule_dim, name="primary_caps", dtype=policy
+        )(x)
+        poses = SelfAttentionCapsule(num_classes, capsule_dim, name="class_caps", dtype=policy)(
+            primary
+        )
+        return poses, None
+    primary = PrimaryCapsule(
+        primary_capsule_types,
+        primary_capsule_dim,
+        primary_kernel_size,
+        padding="same",
+        name="primary_caps",
+        dtype=policy,
+    )(features)
+    if routing == "dynamic":
+        poses = CapsuleLayer(
+            num_classes, capsule_dim, iterations=iterations, name="class_caps", dtype=policy
+        )(primary)
+        return poses, None
+    poses = InvertedDotProductCapsule(
+        num_classes, capsule_dim, iterations=iterations, name="class_caps", dtype=policy
+    )(primary)
+    scores = keras.layers.Dense(1, activation="sigmoid", name="class_scores", dtype=policy)(poses)
+    return poses, keras.layers.Reshape((num_classes,), name="class_scores_flat", dtype=policy)(
+        scores
+    )
