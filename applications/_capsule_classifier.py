@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from applications._defaults import default_optimizer
 from applications._inputs import InputRangeCheck
 from applications._losses import batch_mean
 from applications._losses import with_penalties
@@ -20,13 +21,15 @@ class CapsuleClassifier(CapsulePredictions, InputRangeCheck, keras.Model):
 
     A subclass builds its graph from `images` to the class capsules `poses`
     `(batch, num_classes, capsule_dim)` and hands both to `__init__`, with its
-    config (which must hold `input_shape`, `num_classes`, `capsule_dim` and
-    `rescale`). This class adds the class scores as `"probabilities"` (the
-    capsule lengths, or the subclass's own `scores` in [0, 1] for capsules
-    whose length is no probability), the reconstruction decoder fed the true
-    label's capsule, the loss (the margin loss of the scores, or the
-    subclass's `class_loss`, plus the scaled reconstruction loss), the
-    metrics, `decode`, `reconstruct` and the config round trip.
+    own config entries (which must hold `input_shape`, `num_classes` and
+    `capsule_dim`) and the arguments every such model takes (`rescale`, the
+    decoder, the default compile's learning rate schedule, the policy). This
+    class adds the class scores as `"probabilities"` (the capsule lengths, or
+    the subclass's own `scores` in [0, 1] for capsules whose length is no
+    probability), the reconstruction decoder fed the true label's capsule,
+    the loss (the margin loss of the scores, or the subclass's `class_loss`,
+    plus the scaled reconstruction loss), the metrics, `decode`,
+    `reconstruct` and the config round trip.
     """
 
     def __init__(
@@ -36,9 +39,12 @@ class CapsuleClassifier(CapsulePredictions, InputRangeCheck, keras.Model):
         *,
         config,
         policy,
+        rescale,
         decoder_units,
         reconstruction_weight,
-        optimizer,
+        learning_rate,
+        decay_steps,
+        decay_rate,
         compile,
         name,
         scores=None,
@@ -59,9 +65,18 @@ class CapsuleClassifier(CapsulePredictions, InputRangeCheck, keras.Model):
         )
         # The model's own policy decides loss scaling in compile (mixed_float16).
         self.dtype_policy = policy
-        self._config = config
+        self._config = {
+            **config,
+            "decoder_units": None if decoder_units is None else tuple(decoder_units),
+            "reconstruction_weight": reconstruction_weight,
+            "learning_rate": learning_rate,
+            "decay_steps": decay_steps,
+            "decay_rate": decay_rate,
+            "rescale": rescale,
+            "dtype": policy.name,
+        }
         self.image_shape = config["input_shape"]
-        self.rescale = config["rescale"]
+        self.rescale = rescale
         self.num_classes = config["num_classes"]
         self.mask = Mask(name="mask")
         self.decoder = None
@@ -75,7 +90,10 @@ class CapsuleClassifier(CapsulePredictions, InputRangeCheck, keras.Model):
         self.margin_loss_tracker = keras.metrics.Mean(name=self.margin_loss.name)
         self.reconstruction_loss_tracker = keras.metrics.Mean(name="reconstruction_loss")
         if compile:
-            self.compile(optimizer=optimizer, metrics=self._default_metrics())
+            self.compile(
+                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
+                metrics=self._default_metrics(),
+            )
 
     # Training ---------------------------------------------------------------
 
@@ -164,3 +182,12 @@ class CapsuleClassifier(CapsulePredictions, InputRangeCheck, keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def check_reconstruction_weight(reconstruction_weight):
+    """Raise a `ValueError` unless `reconstruction_weight` is non-negative."""
+    if reconstruction_weight < 0:
+        raise ValueError(
+            "`reconstruction_weight` must be non-negative. "
+            f"Received: reconstruction_weight={reconstruction_weight!r}"
+        )

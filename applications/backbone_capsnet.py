@@ -1,9 +1,9 @@
 import keras
 
 from applications._capsule_classifier import CapsuleClassifier
+from applications._capsule_classifier import check_reconstruction_weight
 from applications._checks import check_positive_ints
 from applications._checks import image_shape
-from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
@@ -227,11 +227,7 @@ class BackboneCapsNet(CapsuleClassifier):
             capsule_dim=capsule_dim,
             **({} if iterations is None else {"iterations": iterations}),
         )
-        if reconstruction_weight < 0:
-            raise ValueError(
-                "`reconstruction_weight` must be non-negative. "
-                f"Received: reconstruction_weight={reconstruction_weight!r}"
-            )
+        check_reconstruction_weight(reconstruction_weight)
 
         images = keras.Input(shape=input_shape, name="images")
         features = backbone(rescaled(images, rescale, policy))
@@ -260,13 +256,6 @@ class BackboneCapsNet(CapsuleClassifier):
             "iterations": iterations,
             "normalize_features": bool(normalize_features),
             "spread_margin": spread_margin,
-            "decoder_units": None if decoder_units is None else tuple(decoder_units),
-            "reconstruction_weight": reconstruction_weight,
-            "learning_rate": learning_rate,
-            "decay_steps": decay_steps,
-            "decay_rate": decay_rate,
-            "rescale": rescale,
-            "dtype": policy.name,
         }
         super().__init__(
             images,
@@ -275,9 +264,12 @@ class BackboneCapsNet(CapsuleClassifier):
             class_loss=None if spread_margin is None else SpreadLoss(margin=spread_margin),
             config=config,
             policy=policy,
+            rescale=rescale,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
-            optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
+            learning_rate=learning_rate,
+            decay_steps=decay_steps,
+            decay_rate=decay_rate,
             compile=compile,
             name=name,
             **kwargs,

@@ -1,10 +1,10 @@
 import keras
 
 from applications._capsule_classifier import CapsuleClassifier
+from applications._capsule_classifier import check_reconstruction_weight
 from applications._checks import check_positive_ints
 from applications._checks import image_shape
 from applications._checks import take_renamed
-from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
@@ -122,11 +122,7 @@ class CapsNetMNIST(CapsuleClassifier):
             capsule_dim=capsule_dim,
             iterations=iterations,
         )
-        if reconstruction_weight < 0:
-            raise ValueError(
-                "`reconstruction_weight` must be non-negative. "
-                f"Received: reconstruction_weight={reconstruction_weight!r}"
-            )
+        check_reconstruction_weight(reconstruction_weight)
 
         images = keras.Input(shape=input_shape, name="images")
         x = rescaled(images, rescale, policy)
@@ -166,22 +162,18 @@ class CapsNetMNIST(CapsuleClassifier):
             "capsule_dim": capsule_dim,
             "iterations": iterations,
             "stop_gradient": stop_gradient,
-            "decoder_units": None if decoder_units is None else tuple(decoder_units),
-            "reconstruction_weight": reconstruction_weight,
-            "learning_rate": learning_rate,
-            "decay_steps": decay_steps,
-            "decay_rate": decay_rate,
-            "rescale": rescale,
-            "dtype": policy.name,
         }
         super().__init__(
             images,
             poses,
             config=config,
             policy=policy,
+            rescale=rescale,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
-            optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
+            learning_rate=learning_rate,
+            decay_steps=decay_steps,
+            decay_rate=decay_rate,
             compile=compile,
             name=name,
             **kwargs,

@@ -1,9 +1,9 @@
 import keras
 
 from applications._capsule_classifier import CapsuleClassifier
+from applications._capsule_classifier import check_reconstruction_weight
 from applications._checks import check_positive_ints
 from applications._checks import image_shape
-from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
@@ -131,11 +131,7 @@ class EfficientCapsNet(CapsuleClassifier):
                 f"primary_capsule_dim = {primary_capsule_types * primary_capsule_dim}. "
                 f"Received: conv_filters={conv_filters}"
             )
-        if reconstruction_weight < 0:
-            raise ValueError(
-                "`reconstruction_weight` must be non-negative. "
-                f"Received: reconstruction_weight={reconstruction_weight!r}"
-            )
+        check_reconstruction_weight(reconstruction_weight)
         height, width = input_shape[:2]
         for kernel, stride in zip(conv_kernel_sizes, conv_strides):
             height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
@@ -175,22 +171,18 @@ class EfficientCapsNet(CapsuleClassifier):
             "primary_capsule_types": primary_capsule_types,
             "primary_capsule_dim": primary_capsule_dim,
             "capsule_dim": capsule_dim,
-            "decoder_units": None if decoder_units is None else tuple(decoder_units),
-            "reconstruction_weight": reconstruction_weight,
-            "learning_rate": learning_rate,
-            "decay_steps": decay_steps,
-            "decay_rate": decay_rate,
-            "rescale": rescale,
-            "dtype": policy.name,
         }
         super().__init__(
             images,
             poses,
             config=config,
             policy=policy,
+            rescale=rescale,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
-            optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
+            learning_rate=learning_rate,
+            decay_steps=decay_steps,
+            decay_rate=decay_rate,
             compile=compile,
             name=name,
             **kwargs,

@@ -4,6 +4,7 @@ from keras import ops
 from keras_capsules._deprecation import renamed
 from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
+from keras_capsules.layers._votes import votes_inputs_first
 from keras_capsules.routing._dynamic import route_by_agreement
 
 
@@ -125,15 +126,10 @@ class CapsuleLayer(keras.layers.Layer):
         return ops.transpose(self._votes(inputs), (1, 0, 2, 3))
 
     def _votes(self, inputs):
-        # Votes laid out (num_inputs, batch, num_capsules, capsule_dim): one
-        # (batch x input_dim) @ (input_dim x capsules * dim) product per input
-        # capsule writes them so; `route_by_agreement(inputs_first=True)`
-        # transposes them for routing.
-        inputs = ops.cast(inputs, self.compute_dtype)
-        kernel = ops.cast(self.kernel, self.compute_dtype)
-        batch, num_inputs = ops.shape(inputs)[0], ops.shape(inputs)[1]
-        flat = ops.matmul(ops.transpose(inputs, (1, 0, 2)), kernel)
-        return ops.reshape(flat, (num_inputs, batch, self.capsule_types, self.capsule_dim))
+        # `route_by_agreement(inputs_first=True)` transposes them for routing.
+        return votes_inputs_first(
+            inputs, self.kernel, self.capsule_types, self.capsule_dim, self.compute_dtype
+        )
 
     def call(self, inputs, return_coupling=False):
         outputs, coupling = route_by_agreement(

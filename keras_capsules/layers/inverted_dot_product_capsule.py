@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
+from keras_capsules.layers._votes import votes_inputs_first
 from keras_capsules.routing._inverted_dot_product import LAYER_NORM_EPSILON
 from keras_capsules.routing._inverted_dot_product import route_inverted
 
@@ -132,13 +133,9 @@ class InvertedDotProductCapsule(keras.layers.Layer):
         return ops.transpose(self._votes(inputs), (1, 0, 2, 3))
 
     def _votes(self, inputs):
-        # Votes laid out (num_inputs, batch, capsule_types, capsule_dim): one
-        # (batch x input_dim) @ (input_dim x capsules * dim) product per input capsule.
-        inputs = ops.cast(inputs, self.compute_dtype)
-        kernel = ops.cast(self.kernel, self.compute_dtype)
-        batch, num_inputs = ops.shape(inputs)[0], ops.shape(inputs)[1]
-        flat = ops.matmul(ops.transpose(inputs, (1, 0, 2)), kernel)
-        return ops.reshape(flat, (num_inputs, batch, self.capsule_types, self.capsule_dim))
+        return votes_inputs_first(
+            inputs, self.kernel, self.capsule_types, self.capsule_dim, self.compute_dtype
+        )
 
     def call(self, inputs, return_coupling=False):
         # Routing lays the votes out (batch, capsule_types, num_inputs, capsule_dim).
