@@ -10,7 +10,10 @@ import os
 
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 if BACKEND == "jax":
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    # Added to the flags the suite sets (tests/conftest.py).
+    os.environ["XLA_FLAGS"] = " ".join(
+        [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=2"]
+    ).strip()
 else:
     import tensorflow as tf
 

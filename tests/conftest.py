@@ -7,6 +7,17 @@ import keras_capsules
 if "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ:
     keras_capsules.use_pooled_cpu_allocator()
 
+# Before JAX starts, here and in the processes tests start (they inherit the
+# variable): XLA's CPU compiler at LLVM's default optimisation takes seconds per
+# program, up to 9 s for a random normal initializer of a new shape, and the JAX
+# tests spent 70% of their time compiling (measured on 2 cores). The suite's arrays
+# are tiny: unoptimised code runs them as fast, and computes the same values (to
+# rounding: no fused multiply-adds).
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join(
+        [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]
+    ).strip()
+
 import keras  # noqa: E402
 import numpy as np
 import pytest
