@@ -9,8 +9,10 @@ from tests.conftest import BACKEND
 
 
 def tiny_model():
+    # One EM iteration: the margin is a matter of the loss, not of routing, and each
+    # test compiles the training step anew once or twice (on JAX, 5 s less each).
     return applications.MatrixCapsNetNORB(
-        A=8, B=2, C=2, D=2, iterations=2, input_shape=(20, 20, 1), num_classes=3
+        A=8, B=2, C=2, D=2, iterations=1, input_shape=(20, 20, 1), num_classes=3
     )
 
 
