@@ -58,8 +58,8 @@ print(os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"))
 """
 
 
-def _probe(code, value=None, onednn="0"):
-    """The lines `code` then the allocator probe print, in a fresh TensorFlow process."""
+def _start(code, value=None, onednn="0"):
+    """A fresh TensorFlow process running `code`, then the allocator probe."""
     env = dict(
         os.environ,
         KERAS_BACKEND="tensorflow",
@@ -69,15 +69,26 @@ def _probe(code, value=None, onednn="0"):
     env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
     if value is not None:
         env["TF_CPU_ALLOCATOR_USE_BFC"] = value
-    result = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-c", code + _ALLOCATOR],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout.strip().splitlines()
+
+
+# Each probe in its own process (TensorFlow chooses its allocator once), all
+# started at once: importing TensorFlow takes seconds and one core.
+_PROBES = {
+    "import only": (_IMPORT_ONLY,),
+    "call first, None": (_CALL_FIRST, None),
+    "call first, false": (_CALL_FIRST, "false"),
+    "call too late": (_CALL_TOO_LATE,),
+    "command, None": (_COMMAND, None),
+    "command, false": (_COMMAND, "false"),
+    "oneDNN": ("", "false", "1"),
+}
 
 
 # With TensorFlow's oneDNN kernels off: with them on (TensorFlow's default on
@@ -85,35 +96,53 @@ def _probe(code, value=None, onednn="0"):
 requires_tensorflow = pytest.mark.skipif(BACKEND != "tensorflow", reason="a TensorFlow allocator")
 
 
+@pytest.fixture(scope="module")
+def probe():
+    """`probe(name)`: the lines that probe's `code`, then the allocator probe, print."""
+    processes = {name: _start(*args) for name, args in _PROBES.items()}
+
+    def result(name):
+        process = processes[name]
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-2000:]
+        return stdout.strip().splitlines()
+
+    yield result
+    for process in processes.values():
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 @requires_tensorflow
-def test_importing_keras_capsules_changes_no_allocator():
-    assert _probe(_IMPORT_ONLY) == ["None", "default"]
+def test_importing_keras_capsules_changes_no_allocator(probe):
+    assert probe("import only") == ["None", "default"]
 
 
 @requires_tensorflow
 @pytest.mark.parametrize("value", [None, "false"])
-def test_calling_it_first_chooses_the_pool(value):
+def test_calling_it_first_chooses_the_pool(probe, value):
     # An explicit call wins over the variable the environment set.
-    assert _probe(_CALL_FIRST, value) == ["True", "pooled True"]
+    assert probe(f"call first, {value}") == ["True", "pooled True"]
 
 
 @requires_tensorflow
-def test_calling_it_after_tensorflow_allocated_warns_and_changes_nothing():
-    assert _probe(_CALL_TOO_LATE) == ["False", "[('RuntimeWarning', True)]", "default"]
+def test_calling_it_after_tensorflow_allocated_warns_and_changes_nothing(probe):
+    assert probe("call too late") == ["False", "[('RuntimeWarning', True)]", "default"]
 
 
 @requires_tensorflow
 @pytest.mark.parametrize(
     "value, expected", [(None, ["true", "pooled True"]), ("false", ["false", "default"])]
 )
-def test_the_command_chooses_the_pool_unless_the_user_did(value, expected):
-    lines = _probe(_COMMAND, value)
+def test_the_command_chooses_the_pool_unless_the_user_did(probe, value, expected):
+    lines = probe(f"command, {value}")
     assert lines[0] == "keras-capsules: no model at missing.keras"
     assert lines[1:] == expected
 
 
 @requires_tensorflow
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="oneDNN on x86")
-def test_onednn_pools_cpu_memory_whatever_the_variable_says():
+def test_onednn_pools_cpu_memory_whatever_the_variable_says(probe):
     # What docs/scaling.md says: under oneDNN the variable changes nothing.
-    assert _probe("", "false", onednn="1") == ["pooled True"]
+    assert probe("oneDNN") == ["pooled True"]
