@@ -2,6 +2,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -289,10 +290,19 @@ def _backup_of_a_killed_run(output):
     return backup
 
 
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory):
+    """The folder of a run killed after 2 epochs, trained once: each test damages a copy."""
+    output = str(tmp_path_factory.mktemp("killed") / "run")
+    _backup_of_a_killed_run(output)
+    return output
+
+
 @pytest.mark.parametrize("damage", ["empty metadata", "truncated weights", "both copies"])
-def test_an_unreadable_backup_falls_back_or_starts_over(tmp_path, capsys, damage):
+def test_an_unreadable_backup_falls_back_or_starts_over(tmp_path, capsys, damage, killed_run):
     output = str(tmp_path / "run")
-    backup = _backup_of_a_killed_run(output)
+    shutil.copytree(killed_run, output)
+    backup = os.path.join(output, "backup")
     weights = os.path.join(backup, "latest.weights.h5")
     metadata = os.path.join(backup, "training_metadata.json")
     if damage == "empty metadata":
