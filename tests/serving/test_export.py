@@ -139,19 +139,23 @@ def test_tfsm_layer_reproduces_the_keras_model(capsnet_export):
 def test_saved_model_cli_shows_and_runs_it(capsnet_export, tmp_path):
     model, path, x = capsnet_export
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    shown = subprocess.run(
-        [cli, "show", "--dir", path, "--all"], capture_output=True, text=True, check=True
-    ).stdout
-    for name in ("serving_default", "reconstruct", "reconstruct_capsule", "probabilities"):
-        assert name in shown
     np.save(tmp_path / "x.npy", x[:2])
-    subprocess.run(
-        [cli, "run", "--dir", path, "--tag_set", "serve", "--signature_def", "serving_default"]
-        + ["--inputs", f"images={tmp_path / 'x.npy'}", "--outdir", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    commands = {
+        "show": [cli, "show", "--dir", path, "--all"],
+        "run": [cli, "run", "--dir", path, "--tag_set", "serve"]
+        + ["--signature_def", "serving_default", "--inputs", f"images={tmp_path / 'x.npy'}"]
+        + ["--outdir", str(tmp_path / "out")],
+    }
+    # Both at once: each spends seconds importing TensorFlow, on one core.
+    processes = {
+        name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name, command in commands.items()
+    }
+    outputs = {name: process.communicate() for name, process in processes.items()}
+    for name, process in processes.items():
+        assert process.returncode == 0, f"saved_model_cli {name}: {outputs[name][1][-2000:]}"
+    for name in ("serving_default", "reconstruct", "reconstruct_capsule", "probabilities"):
+        assert name in outputs["show"][0]
     probabilities = np.load(tmp_path / "out" / "probabilities.npy")
     np.testing.assert_allclose(probabilities, model.predict(x[:2], verbose=0), atol=1e-5)
 
