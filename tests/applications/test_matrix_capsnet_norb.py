@@ -12,6 +12,9 @@ from keras_capsules.losses import SpreadLoss
 from tests.conftest import requires_tensorflow
 
 TINY = dict(A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3)
+# For the tests of saving and of the margin, where routing plays no part: one EM
+# iteration makes each training step's compilation seconds shorter.
+ONE_ITERATION = dict(TINY, iterations=1)
 
 
 def trainable_count(model):
@@ -115,7 +118,7 @@ def test_fit_predict_and_outputs():
 
 
 def test_keras_round_trip_needs_no_custom_objects(tmp_path):
-    model = applications.MatrixCapsNetNORB(**TINY)
+    model = applications.MatrixCapsNetNORB(**ONE_ITERATION)
     x = np.random.default_rng(2).normal(size=(4, 20, 20, 2)).astype("float32")
     model.fit(x, np.arange(4) % 3, epochs=1, verbose=0)
     model.spread_margin = 0.55
@@ -219,7 +222,7 @@ def test_learns_real_mnist_at_three_iterations(mnist_data):
 def test_margin_comes_from_the_optimizer_step_inside_the_compiled_step():
     """Every backend's compiled step reads the step (JAX's included, where it is an argument)."""
     rise = keras.optimizers.schedules.PolynomialDecay(0.2, 4, end_learning_rate=0.9)
-    model = applications.MatrixCapsNetNORB(**TINY, spread_margin=rise)
+    model = applications.MatrixCapsNetNORB(**ONE_ITERATION, spread_margin=rise)
     assert model.count_params() == sum(int(np.prod(w.shape)) for w in model.trainable_weights)
     x = np.random.default_rng(3).normal(size=(8, 20, 20, 2)).astype("float32")
     history = model.fit(x, np.arange(8) % 3, batch_size=4, epochs=3, verbose=0)
