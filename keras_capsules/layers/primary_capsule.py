@@ -3,11 +3,12 @@ from keras import ops
 
 from keras_capsules._deprecation import renamed
 from keras_capsules._validation import check_positive_int
+from keras_capsules.layers._convolutional_capsule import ConvolutionalCapsule
 from keras_capsules.ops import squash
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class PrimaryCapsule(keras.layers.Layer):
+class PrimaryCapsule(ConvolutionalCapsule):
     """Convolutional primary capsules: a convolution reshaped into squashed capsules.
 
     A 2D convolution with `capsule_types * capsule_dim` filters; at every output
@@ -60,39 +61,20 @@ class PrimaryCapsule(keras.layers.Layer):
         capsule_types = renamed(
             kwargs, "num_capsules", "capsule_types", capsule_types, "PrimaryCapsule"
         )
-        super().__init__(**kwargs)
         check_positive_int("capsule_types", capsule_types)
         check_positive_int("capsule_dim", capsule_dim)
-        if padding not in ("valid", "same"):
-            raise ValueError(f'`padding` must be "valid" or "same". Received: padding={padding!r}')
+        super().__init__(
+            capsule_types * capsule_dim,
+            kernel_size,
+            strides,
+            padding,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            **kwargs,
+        )
         self.capsule_types = capsule_types
         self.capsule_dim = capsule_dim
-        self.kernel_size = kernel_size
-        self.strides = strides
-        self.padding = padding
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.input_spec = keras.layers.InputSpec(ndim=4)
-        self.conv = keras.layers.Conv2D(
-            self.capsule_types * self.capsule_dim,
-            self.kernel_size,
-            strides=self.strides,
-            padding=self.padding,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            kernel_regularizer=self.kernel_regularizer,
-            dtype=self.dtype_policy,
-            name="conv",
-        )
-
-    def build(self, input_shape):
-        if len(input_shape) != 4 or input_shape[-1] is None:
-            raise ValueError(
-                "PrimaryCapsule expects inputs of shape (batch, height, width, "
-                f"channels) with a known channel count. Received: input_shape={input_shape}"
-            )
-        self.conv.build(input_shape)
 
     def call(self, inputs):
         features = self.conv(inputs)
@@ -109,16 +91,5 @@ class PrimaryCapsule(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "capsule_types": self.capsule_types,
-                "capsule_dim": self.capsule_dim,
-                "kernel_size": self.kernel_size,
-                "strides": self.strides,
-                "padding": self.padding,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
-            }
-        )
+        config.update({"capsule_types": self.capsule_types, "capsule_dim": self.capsule_dim})
         return config

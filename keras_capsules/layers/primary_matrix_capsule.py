@@ -2,10 +2,11 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_positive_int
+from keras_capsules.layers._convolutional_capsule import ConvolutionalCapsule
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class PrimaryMatrixCapsule(keras.layers.Layer):
+class PrimaryMatrixCapsule(ConvolutionalCapsule):
     """Primary matrix capsules: a convolution to 4x4 poses and sigmoid activations.
 
     One 2D convolution with `capsule_types * 17` filters; at every position
@@ -55,37 +56,18 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         kernel_regularizer=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
         check_positive_int("capsule_types", capsule_types)
-        if padding not in ("valid", "same"):
-            raise ValueError(f'`padding` must be "valid" or "same". Received: padding={padding!r}')
-        self.capsule_types = capsule_types
-        self.kernel_size = kernel_size
-        self.strides = strides
-        self.padding = padding
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.input_spec = keras.layers.InputSpec(ndim=4)
-        self.conv = keras.layers.Conv2D(
-            self.capsule_types * 17,
-            self.kernel_size,
-            strides=self.strides,
-            padding=self.padding,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            kernel_regularizer=self.kernel_regularizer,
-            dtype=self.dtype_policy,
-            name="conv",
+        super().__init__(
+            capsule_types * 17,
+            kernel_size,
+            strides,
+            padding,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            **kwargs,
         )
-
-    def build(self, input_shape):
-        if len(input_shape) != 4 or input_shape[-1] is None:
-            raise ValueError(
-                "PrimaryMatrixCapsule expects inputs of shape (batch, height, width, "
-                f"channels) with a known channel count. Received: input_shape={input_shape}"
-            )
-        self.conv.build(input_shape)
+        self.capsule_types = capsule_types
 
     def call(self, inputs):
         features = self.conv(inputs)
@@ -106,15 +88,5 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "capsule_types": self.capsule_types,
-                "kernel_size": self.kernel_size,
-                "strides": self.strides,
-                "padding": self.padding,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
-            }
-        )
+        config.update({"capsule_types": self.capsule_types})
         return config
