@@ -11,6 +11,10 @@ The papers:
   ("Sabour et al.").
 - Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018
   ("Hinton et al.").
+- Mazzia, Salvetti, Chiaberge. Efficient-CapsNet: Capsule Network with
+  Self-Attention Routing. Scientific Reports 2021 ("Mazzia et al.").
+- Tsai, Srivastava, Goh, Salakhutdinov. Capsules with Inverted Dot-Product
+  Attention Routing. ICLR 2020 ("Tsai et al.").
 
 This module imports NumPy only: pytest imports it for `--doctest-modules` too,
 and it must not import a backend or change the process.
@@ -465,3 +469,46 @@ def self_attention_routing(votes, bias=None):
         for j in range(num_outputs):
             outputs[n, j] = exponential_squash(coupling[n, :, j] @ votes[n, :, j])
     return outputs, coupling
+
+
+# Tsai et al. 2020: inverted dot-product attention routing.
+
+
+def inverted_dot_product_routing(
+    votes, iterations, gamma=None, beta=None, epsilon=1e-5, agreement_scale=1.0
+):
+    """Tsai et al. 2020, Procedure 1, written out loop by loop in float64.
+
+    `votes[n, i, j]` is child `i`'s vote for parent `j` in example `n`. The
+    poses start at zero; every iteration computes the agreements with the
+    previous iteration's poses, the softmax over the parents, the weighted sums
+    and their layer norm. Returns the poses `(batch, num_outputs, output_dim)`
+    and the routing coefficients of the last iteration `(batch, num_inputs,
+    num_outputs)`.
+    """
+    votes = np.asarray(votes, np.float64)
+    batch, num_inputs, num_outputs, dim = votes.shape
+    gamma = np.broadcast_to(1.0 if gamma is None else gamma, (num_outputs, dim))
+    beta = np.broadcast_to(0.0 if beta is None else beta, (num_outputs, dim))
+    poses = np.zeros((batch, num_outputs, dim))
+    routing = np.zeros((batch, num_inputs, num_outputs))
+    for n in range(batch):
+        p = np.zeros((num_outputs, dim))
+        for _ in range(iterations):
+            r = np.zeros((num_inputs, num_outputs))
+            for i in range(num_inputs):
+                a = [
+                    agreement_scale * float(np.dot(p[j], votes[n, i, j]))
+                    for j in range(num_outputs)
+                ]
+                e = np.exp(np.array(a) - max(a))
+                r[i] = e / e.sum()
+            new_p = np.zeros((num_outputs, dim))  # every parent from the previous poses
+            for j in range(num_outputs):
+                s = sum(r[i, j] * votes[n, i, j] for i in range(num_inputs))
+                mean = s.mean()
+                variance = ((s - mean) ** 2).mean()
+                new_p[j] = (s - mean) / np.sqrt(variance + epsilon) * gamma[j] + beta[j]
+            p = new_p
+        poses[n], routing[n] = p, r
+    return poses, routing

@@ -105,7 +105,7 @@ def test_learns_real_mnist(mnist_data):
     catch a subtly wrong routing: the convolutions carry this model, and one
     pass with the softmax over the inputs instead of the outputs still
     reached 86.1%, one without the squash 92.4%; the comparisons with the
-    paper's equations in `tests/test_self_attention_routing.py` catch those.
+    paper's equations in `tests/routing/test_self_attention.py` catch those.
     """
     (x_train, y_train), (x_test, y_test) = mnist_data
     model = applications.EfficientCapsNet()

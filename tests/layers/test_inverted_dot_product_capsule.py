@@ -7,7 +7,6 @@ from keras_capsules.layers.inverted_dot_product_capsule import InvertedDotProduc
 from tests import _references as ref
 from tests._layer_testing import run_layer_test
 from tests.conftest import gradient
-from tests.test_inverted_dot_product_routing import inverted_routing_reference
 
 
 def test_layer_checks():
@@ -57,7 +56,7 @@ def test_values_match_numpy_votes_and_procedure_1(iterations):
     kernel = ops.convert_to_numpy(layer.kernel).reshape(7, 5, 4, 6)  # W[i] maps u_i to all j
     votes = ref.capsule_votes(u, kernel)
     gamma, beta = ops.convert_to_numpy(layer.gamma), ops.convert_to_numpy(layer.beta)
-    expected, coupling = inverted_routing_reference(
+    expected, coupling = ref.inverted_dot_product_routing(
         votes, iterations, gamma, beta, agreement_scale=0.5
     )
     np.testing.assert_allclose(ops.convert_to_numpy(layer.votes(u)), votes, rtol=1e-5, atol=1e-5)

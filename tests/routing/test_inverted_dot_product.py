@@ -4,48 +4,8 @@ import pytest
 from keras import ops
 
 from keras_capsules.routing._inverted_dot_product import inverted_dot_product_routing
+from tests import _references as ref
 from tests.conftest import gradient
-
-
-def inverted_routing_reference(
-    votes, iterations, gamma=None, beta=None, epsilon=1e-5, agreement_scale=1.0
-):
-    """Tsai et al. 2020, Procedure 1, written out loop by loop in float64.
-
-    `votes[n, i, j]` is child `i`'s vote for parent `j` in example `n`. The
-    poses start at zero; every iteration computes the agreements with the
-    previous iteration's poses, the softmax over the parents, the weighted sums
-    and their layer norm. Returns the poses `(batch, num_outputs, output_dim)`
-    and the routing coefficients of the last iteration `(batch, num_inputs,
-    num_outputs)`.
-    """
-    votes = np.asarray(votes, np.float64)
-    batch, num_inputs, num_outputs, dim = votes.shape
-    gamma = np.broadcast_to(1.0 if gamma is None else gamma, (num_outputs, dim))
-    beta = np.broadcast_to(0.0 if beta is None else beta, (num_outputs, dim))
-    poses = np.zeros((batch, num_outputs, dim))
-    routing = np.zeros((batch, num_inputs, num_outputs))
-    for n in range(batch):
-        p = np.zeros((num_outputs, dim))
-        for _ in range(iterations):
-            r = np.zeros((num_inputs, num_outputs))
-            for i in range(num_inputs):
-                a = [
-                    agreement_scale * float(np.dot(p[j], votes[n, i, j]))
-                    for j in range(num_outputs)
-                ]
-                e = np.exp(np.array(a) - max(a))
-                r[i] = e / e.sum()
-            new_p = np.zeros((num_outputs, dim))  # every parent from the previous poses
-            for j in range(num_outputs):
-                s = sum(r[i, j] * votes[n, i, j] for i in range(num_inputs))
-                mean = s.mean()
-                variance = ((s - mean) ** 2).mean()
-                new_p[j] = (s - mean) / np.sqrt(variance + epsilon) * gamma[j] + beta[j]
-            p = new_p
-        poses[n], routing[n] = p, r
-    return poses, routing
-
 
 SHAPE = (2, 6, 3, 5)
 """The votes' shape of most tests: JAX compiles each operation once per shape."""
@@ -65,7 +25,7 @@ def test_values_match_procedure_1(iterations):
     rng = np.random.default_rng(10 + iterations)
     gamma = rng.uniform(0.5, 1.5, size=5).astype("float32")
     beta = rng.normal(size=5).astype("float32") * 0.1
-    expected, coupling = inverted_routing_reference(votes, iterations, gamma, beta)
+    expected, coupling = ref.inverted_dot_product_routing(votes, iterations, gamma, beta)
     poses, c = inverted_dot_product_routing(
         votes, iterations=iterations, gamma=gamma, beta=beta, return_coupling=True
     )
@@ -79,7 +39,7 @@ def test_per_parent_layer_norm_weights_and_agreement_scale():
     votes = _votes(SHAPE, seed=3)
     rng = np.random.default_rng(3)
     gamma, beta = rng.normal(size=(3, 5)), rng.normal(size=(3, 5))
-    expected, _ = inverted_routing_reference(votes, 3, gamma, beta, 1e-3, agreement_scale=0.5)
+    expected, _ = ref.inverted_dot_product_routing(votes, 3, gamma, beta, 1e-3, agreement_scale=0.5)
     poses = inverted_dot_product_routing(
         votes, 3, gamma=gamma, beta=beta, epsilon=1e-3, agreement_scale=0.5
     )
@@ -104,7 +64,7 @@ def test_zero_tiny_and_huge_votes(scale):
     poses, c = _numpy(poses), _numpy(c)
     assert np.all(np.isfinite(poses)) and np.all(np.isfinite(c))
     np.testing.assert_allclose(c.sum(axis=-1), 1.0, atol=1e-6)
-    expected, coupling = inverted_routing_reference(votes, 3, beta=np.full(5, 0.25))
+    expected, coupling = ref.inverted_dot_product_routing(votes, 3, beta=np.full(5, 0.25))
     np.testing.assert_allclose(poses, expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(c, coupling, rtol=1e-5, atol=1e-6)
 
@@ -112,7 +72,7 @@ def test_zero_tiny_and_huge_votes(scale):
 def test_votes_near_the_float32_maximum():
     votes = np.random.default_rng(8).uniform(-3e38, 3e38, size=SHAPE).astype("float32")
     poses, c = inverted_dot_product_routing(votes, 3, return_coupling=True)
-    expected, coupling = inverted_routing_reference(votes, 3)
+    expected, coupling = ref.inverted_dot_product_routing(votes, 3)
     np.testing.assert_allclose(_numpy(poses), expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(_numpy(c), coupling, rtol=1e-5, atol=1e-6)
     assert np.all(np.isfinite(gradient(lambda v: inverted_dot_product_routing(v, 3), votes)))
@@ -142,7 +102,7 @@ def test_shifted_votes(shift):
         np.testing.assert_allclose(poses.mean(axis=-1), 0.0, atol=1e-3)
         np.testing.assert_allclose(poses.std(axis=-1), 1.0, atol=1e-3)
     if shift == 10.0:
-        expected, _ = inverted_routing_reference(votes, 3)
+        expected, _ = ref.inverted_dot_product_routing(votes, 3)
         np.testing.assert_allclose(poses, expected, atol=2e-4)
 
 
@@ -186,7 +146,7 @@ def test_gradient_matches_finite_differences_of_the_reference():
     )
 
     def f(v):
-        return float(np.sum(inverted_routing_reference(v, 3)[0] * weights))
+        return float(np.sum(ref.inverted_dot_product_routing(v, 3)[0] * weights))
 
     step = 1e-4
     for flat in range(0, votes.size, 5):  # every fifth entry: central differences
