@@ -1,0 +1,407 @@
+"""Train one of the shipped presets on this machine and write it: `python experiments/presets.py NAME`.
+
+Each preset has one recipe (`RECIPES`): the application and its arguments, the
+data set, epochs, batch size, learning-rate schedule, augmentation and seed.
+The run keeps its state in `--runs-dir/NAME` (`~/kc-runs` by default, outside
+the repository): the recipe, a checkpoint of the model with its optimizer after
+every epoch, and the test accuracy of every epoch. Started again, the command
+resumes from the last finished epoch; a run folder holding another recipe is
+refused unless `--fresh` starts over. `--minutes` ends the run after the last
+epoch expected to fit in the budget, so a long run can be split over sessions.
+
+When every epoch is done, the model is evaluated on the full test set in
+float32, its weights are tried stored as float16 (kept when the test accuracy
+moves by at most `--float16-tolerance` points, 0.02), and the preset is written
+with `save_to_preset` to `--output` (by default `applications/presets/NAME`,
+the folder the package ships) with its metadata: data set and file checksums,
+this command, seed, epochs, wall time, machine, backend, versions, both test
+accuracies. Rerunning a finished run writes the preset again without training.
+
+    python experiments/presets.py capsnet_mnist --minutes 90
+    python experiments/presets.py --list
+
+Smoke test (a few hundred images, written outside the package):
+
+    python experiments/presets.py capsnet_mnist --smoke --runs-dir /tmp/kc-smoke \\
+        --output /tmp/kc-smoke/preset
+"""
+
+import argparse
+import copy
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+from _training import log
+
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EFFICIENT = {
+    "model": "EfficientCapsNet",
+    "batch_size": 16,
+    "epochs": 30,
+    # The paper's Adam from 5e-4, decayed by 0.9 per epoch instead of 0.97 so
+    # that 30 epochs end near the learning rate its 150 reach.
+    "arguments": {"learning_rate": 5e-4, "decay_rate": 0.9},
+    "decay_every_epoch": True,
+    "augment": "efficient_capsnet",
+    "seed": 0,
+}
+RECIPES = {
+    "capsnet_mnist": {
+        "model": "CapsNetMNIST",
+        "data": "mnist",
+        "batch_size": 100,
+        "epochs": 15,
+        "arguments": {"learning_rate": 1e-3, "decay_rate": 0.85},
+        "decay_every_epoch": True,
+        "augment": "shift",
+        "seed": 0,
+        "description": "the paper's CapsNet (3 routing iterations, decoder), 8.2M parameters",
+    },
+    "efficient_capsnet_mnist": dict(
+        _EFFICIENT, data="mnist", description="Efficient-CapsNet, self-attention routing"
+    ),
+    "efficient_capsnet_fashion_mnist": dict(
+        _EFFICIENT,
+        data="fashion_mnist",
+        description="Efficient-CapsNet, self-attention routing",
+    ),
+    "em_capsnet_mnist": {
+        "model": "MatrixCapsNetNORB",
+        "data": "mnist",
+        "batch_size": 32,
+        "epochs": 10,
+        "arguments": {
+            "A": 64,
+            "B": 8,
+            "C": 16,
+            "D": 16,
+            "iterations": 3,
+            "input_shape": [28, 28, 1],
+            "num_classes": 10,
+            "rescale": 1.0 / 255.0,
+            "learning_rate": 3e-3,
+            "decay_rate": 0.8,
+        },
+        "decay_every_epoch": True,
+        "spread_margin": [0.2, 0.9],
+        "augment": "shift",
+        "seed": 0,
+        "description": "matrix capsules with EM routing (64/8/16/16, 3 iterations, "
+        "the tempered E-step)",
+    },
+}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("name", nargs="?", choices=sorted(RECIPES))
+    parser.add_argument("--list", action="store_true", help="print the recipes and exit")
+    parser.add_argument("--minutes", type=float, default=math.inf, help="wall-clock budget")
+    parser.add_argument("--runs-dir", default=os.path.expanduser("~/kc-runs"))
+    parser.add_argument("--output", default=None, help="preset folder to write")
+    parser.add_argument("--fresh", action="store_true", help="delete the run and start over")
+    parser.add_argument(
+        "--float16-tolerance",
+        type=float,
+        default=0.02,
+        help="largest test accuracy change, in points, for float16 weight storage",
+    )
+    parser.add_argument(
+        "--steps-per-execution", type=int, default=None, help="Keras compile option"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="600 training and 500 test images, 2 epochs"
+    )
+    args = parser.parse_args(argv)
+    if not args.list and args.name is None:
+        parser.error("name a preset, or pass --list")
+    return args
+
+
+def recipe_for(name, smoke=False):
+    recipe = copy.deepcopy(RECIPES[name])
+    recipe["name"] = name
+    if smoke:
+        recipe.update(epochs=2, train_size=600, test_size=500)
+    return recipe
+
+
+def _load(recipe):
+    from keras_capsules import datasets
+
+    (x, y), (x_test, y_test) = getattr(datasets, recipe["data"]).load_data()
+    n, m = recipe.get("train_size"), recipe.get("test_size")
+    return (x[:n], y[:n]), (x_test[:m], y_test[:m])
+
+
+def _build(recipe, steps_per_epoch):
+    import keras
+
+    import applications
+
+    arguments = dict(recipe["arguments"])
+    if "input_shape" in arguments:
+        arguments["input_shape"] = tuple(arguments["input_shape"])
+    if recipe.get("decay_every_epoch"):
+        arguments["decay_steps"] = steps_per_epoch
+    if "spread_margin" in recipe:
+        start, end = recipe["spread_margin"]
+        arguments["spread_margin"] = keras.optimizers.schedules.PolynomialDecay(
+            start, recipe["epochs"] * steps_per_epoch, end_learning_rate=end
+        )
+    return getattr(applications, recipe["model"])(**arguments)
+
+
+def _epoch_data(recipe, x, y, epoch):
+    """The training data of one epoch: a tf.data pipeline or augmented NumPy arrays."""
+    seed = recipe["seed"] * 1000 + epoch
+    if recipe["augment"] == "shift":
+        from keras_capsules.datasets import mnist
+
+        return mnist.training_pipeline(x, y, batch_size=recipe["batch_size"], seed=seed), None
+    from efficient_capsnet import _augment_in_chunks
+
+    return _augment_in_chunks(x.astype("float32"), seed=seed)[..., None], y
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _data_files(recipe):
+    from keras_capsules import datasets
+
+    folder = os.path.join(os.path.dirname(datasets.__file__), "data", recipe["data"])
+    return {
+        name: _sha256(os.path.join(folder, name))
+        for name in sorted(os.listdir(folder))
+        if name.endswith(".gz")
+    }
+
+
+def _machine():
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        pass
+    model = next(
+        (line.split(":", 1)[1].strip() for line in flags.splitlines() if "model name" in line),
+        platform.processor(),
+    )
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "avx512": " avx512f" in flags,
+        "system": platform.platform(),
+    }
+
+
+def _commit():
+    try:
+        return subprocess.run(
+            ["git", "-C", _REPOSITORY, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _write_json(path, value):
+    from keras_capsules._atomic import write_json
+
+    write_json(path, value)
+
+
+def _open_run(args, recipe):
+    """The run folder's progress; refuses a folder that holds another recipe."""
+    folder = os.path.join(args.runs_dir, recipe["name"])
+    if args.fresh:
+        shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder, exist_ok=True)
+    recipe_path = os.path.join(folder, "recipe.json")
+    if os.path.exists(recipe_path):
+        with open(recipe_path) as f:
+            held = json.load(f)
+        if held != json.loads(json.dumps(recipe)):
+            changed = sorted(k for k in set(held) | set(recipe) if held.get(k) != recipe.get(k))
+            raise SystemExit(
+                f"{folder} holds a run of another recipe (differs in: {', '.join(changed)}); "
+                "pass --fresh to start over"
+            )
+    else:
+        _write_json(recipe_path, recipe)
+    progress_path = os.path.join(folder, "progress.json")
+    if os.path.exists(progress_path):
+        with open(progress_path) as f:
+            return folder, json.load(f)
+    return folder, {"epochs_done": 0, "train_seconds": 0.0, "history": [], "sessions": []}
+
+
+def train(args, recipe, folder, progress):
+    """Train the remaining epochs within the budget; return the model and `progress`."""
+    import keras
+
+    import applications  # registers the models that the checkpoint names
+
+    keras.utils.set_random_seed(recipe["seed"] + progress["epochs_done"])
+    (x, y), (x_test, y_test) = _load(recipe)
+    steps_per_epoch = -(-len(x) // recipe["batch_size"])
+    checkpoint = os.path.join(folder, "checkpoint.keras")
+    if progress["epochs_done"]:
+        log(f"resuming {recipe['name']} after epoch {progress['epochs_done']} from {checkpoint}")
+        model = keras.saving.load_model(checkpoint)
+    else:
+        model = _build(recipe, steps_per_epoch)
+    if args.steps_per_execution:
+        model.compile(
+            optimizer=model.optimizer,
+            loss=model.loss,
+            metrics=["accuracy"],
+            steps_per_execution=args.steps_per_execution,
+        )
+    session = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": _machine()}
+    progress["sessions"].append(session)
+    start = time.perf_counter()
+    budget = args.minutes * 60.0
+    last = None
+    verbose = 1 if sys.stderr.isatty() else 2
+    for epoch in range(progress["epochs_done"], recipe["epochs"]):
+        elapsed = time.perf_counter() - start
+        if last is not None and elapsed + 1.1 * last > budget:
+            log(f"stopping before epoch {epoch + 1}: {elapsed:.0f} s of {budget:.0f} s used")
+            break
+        data, labels = _epoch_data(recipe, x, y, epoch)
+        began = time.perf_counter()
+        logs = model.fit(
+            data,
+            labels,
+            batch_size=None if labels is None else recipe["batch_size"],
+            epochs=epoch + 1,
+            initial_epoch=epoch,
+            shuffle=labels is not None,
+            verbose=verbose,
+        ).history
+        seconds = time.perf_counter() - began
+        scores = model.evaluate(
+            x_test[..., None], y_test, batch_size=500, verbose=0, return_dict=True
+        )
+        last = time.perf_counter() - began
+        record = {"epoch": epoch + 1, "seconds": round(seconds, 1)}
+        record.update({k: round(float(v[-1]), 5) for k, v in logs.items()})
+        record["test_accuracy"] = round(float(scores["accuracy"]), 5)
+        log(json.dumps(record))
+        from keras_capsules._atomic import replacing
+
+        with replacing(checkpoint) as partial:
+            model.save(partial)
+        progress["epochs_done"] = epoch + 1
+        progress["train_seconds"] = round(progress["train_seconds"] + seconds, 1)
+        progress["history"].append(record)
+        session["epochs"] = session.get("epochs", 0) + 1
+        _write_json(os.path.join(folder, "progress.json"), progress)
+    return model, progress
+
+
+def _test_accuracy(model, x_test, y_test):
+    scores = model.evaluate(x_test[..., None], y_test, batch_size=500, verbose=0, return_dict=True)
+    return float(scores["accuracy"])
+
+
+def write_preset(args, recipe, model, progress):
+    """Evaluate in float32 and float16 storage; write the preset with its metadata."""
+    import keras
+
+    import keras_capsules
+
+    _, (x_test, y_test) = _load(recipe)
+    float32 = _test_accuracy(model, x_test, y_test)
+    weights = [w.numpy() if hasattr(w, "numpy") else np.asarray(w) for w in model.weights]
+    for variable, value in zip(model.weights, weights):
+        if value.dtype == np.float32:
+            variable.assign(value.astype(np.float16).astype(np.float32))
+    float16 = _test_accuracy(model, x_test, y_test)
+    for variable, value in zip(model.weights, weights):
+        variable.assign(value)
+    stored = "float16" if abs(float16 - float32) * 100 <= args.float16_tolerance else "float32"
+    command = "python experiments/presets.py " + recipe["name"]
+    if args.smoke:
+        command += " --smoke"
+    metadata = {
+        "name": recipe["name"],
+        "description": recipe["description"],
+        "data": {
+            "name": recipe["data"],
+            "train_images": int(recipe.get("train_size") or 60000),
+            "test_images": int(len(x_test)),
+            "sha256": _data_files(recipe),
+        },
+        "command": command,
+        "recipe": recipe,
+        "seed": recipe["seed"],
+        "epochs": progress["epochs_done"],
+        "train_seconds": progress["train_seconds"],
+        "history": progress["history"],
+        "sessions": progress["sessions"],
+        "backend": keras.backend.backend(),
+        "keras_version": keras.__version__,
+        "keras_capsules_version": keras_capsules.__version__,
+        "commit": _commit(),
+        "test_accuracy": float16 if stored == "float16" else float32,
+        "test_accuracy_float32": float32,
+        "test_accuracy_float16_weights": float16,
+        "weights_dtype": stored,
+    }
+    output = args.output or os.path.join(_REPOSITORY, "applications", "presets", recipe["name"])
+    model.save_to_preset(output, metadata=metadata, weights_dtype=stored)
+    return output, metadata
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.list:
+        print(json.dumps(RECIPES, indent=2))
+        return None
+    recipe = recipe_for(args.name, smoke=args.smoke)
+    folder, progress = _open_run(args, recipe)
+    model, progress = train(args, recipe, folder, progress)
+    result = {
+        "preset": recipe["name"],
+        "epochs_done": progress["epochs_done"],
+        "epochs": recipe["epochs"],
+        "train_seconds": progress["train_seconds"],
+        "last_test_accuracy": progress["history"][-1]["test_accuracy"]
+        if progress["history"]
+        else None,
+    }
+    if progress["epochs_done"] == recipe["epochs"]:
+        output, metadata = write_preset(args, recipe, model, progress)
+        result.update(
+            output=output,
+            test_accuracy=metadata["test_accuracy"],
+            test_accuracy_float32=metadata["test_accuracy_float32"],
+            weights_dtype=metadata["weights_dtype"],
+        )
+    else:
+        log(f"{progress['epochs_done']} of {recipe['epochs']} epochs done; run again to resume")
+    print(json.dumps(result), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
