@@ -1,4 +1,4 @@
-"""Train one of the shipped presets on this machine and write it: `python experiments/presets.py NAME`.
+"""Train a shipped preset on this machine and write it: `python experiments/presets.py NAME`.
 
 Each preset has one recipe (`RECIPES`): the application and its arguments, the
 data set, epochs, batch size, learning-rate schedule, augmentation and seed.
@@ -257,7 +257,7 @@ def train(args, recipe, folder, progress):
     """Train the remaining epochs within the budget; return the model and `progress`."""
     import keras
 
-    import applications  # registers the models that the checkpoint names
+    import applications  # noqa: F401  (registers the models the checkpoint names)
 
     keras.utils.set_random_seed(recipe["seed"] + progress["epochs_done"])
     (x, y), (x_test, y_test) = _load(recipe)
