@@ -1,5 +1,6 @@
-"""Prebuilt capsule networks, ready to train with `model.fit`."""
+"""Prebuilt capsule networks, ready to train with `model.fit`, and trained presets of them."""
 
+from applications._preset import list_presets
 from applications.backbone_capsnet import BackboneCapsNet
 from applications.baseline_cnn import BaselineCNN
 from applications.capsnet_mnist import CapsNetMNIST
@@ -16,4 +17,5 @@ __all__ = [
     "EfficientCapsNet",
     "MatrixCapsNetNORB",
     "MultiMNISTAccuracy",
+    "list_presets",
 ]

@@ -9,6 +9,7 @@ from applications._inputs import InputRangeCheck
 from applications._losses import batch_mean
 from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
+from applications._preset import PresetMixin
 from keras_capsules.layers import Length
 from keras_capsules.layers import Mask
 from keras_capsules.layers import ReconstructionDecoder
@@ -16,7 +17,7 @@ from keras_capsules.losses import MarginLoss
 from keras_capsules.losses import ReconstructionLoss
 
 
-class CapsuleClassifier(CapsulePredictions, InputRangeCheck, keras.Model):
+class CapsuleClassifier(PresetMixin, CapsulePredictions, InputRangeCheck, keras.Model):
     """A functional model from images to class capsules, trained on the margin loss.
 
     A subclass builds its graph from `images` to the class capsules `poses`

@@ -12,6 +12,7 @@ from applications._inputs import rescaled
 from applications._losses import batch_mean
 from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
+from applications._preset import PresetMixin
 from keras_capsules import routing
 from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.layers import MatrixCapsule
@@ -20,7 +21,7 @@ from keras_capsules.losses import SpreadLoss
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNetNORB(CapsulePredictions, InputRangeCheck, keras.Model):
+class MatrixCapsNetNORB(PresetMixin, CapsulePredictions, InputRangeCheck, keras.Model):
     """The matrix capsule network of Hinton, Sabour, Frosst 2018 for smallNORB, ready to `fit`.
 
     ReLU Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types, 1x1) ->

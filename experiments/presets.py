@@ -358,6 +358,14 @@ def write_preset(args, recipe, model, progress):
         "train_seconds": progress["train_seconds"],
         "history": progress["history"],
         "sessions": progress["sessions"],
+        "machine": [
+            dict(m)
+            for m in {
+                json.dumps(s["machine"], sort_keys=True): s["machine"]
+                for s in progress["sessions"]
+                if s.get("epochs")
+            }.values()
+        ],
         "backend": keras.backend.backend(),
         "keras_version": keras.__version__,
         "keras_capsules_version": keras_capsules.__version__,

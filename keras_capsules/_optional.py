@@ -11,6 +11,8 @@ _EXTRAS = {
     "gradio": "explore",
     "onnx": "onnx",
     "tf2onnx": "onnx",
+    "huggingface_hub": "hf",
+    "kagglehub": "kaggle",
 }
 
 

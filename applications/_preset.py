@@ -1,0 +1,297 @@
+"""Presets: a trained model as a folder of config, weights and metadata, keras-hub style.
+
+A preset folder holds `config.json` (the model's Keras serialization),
+`model.weights.h5` (its weights, float32 or stored as float16) and
+`metadata.json` (how it was made, its test accuracy, and the SHA-256 of the
+weights file, checked before every load). The presets the package ships live
+in `applications/presets/NAME`.
+"""
+
+import datetime
+import hashlib
+import json
+import os
+
+import keras
+import numpy as np
+
+from keras_capsules._atomic import write_json
+from keras_capsules._optional import require
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.weights.h5"
+METADATA_FILE = "metadata.json"
+PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets")
+_WEIGHTS_DTYPES = (None, "float32", "float16")
+
+
+def _shipped():
+    """Names of the presets shipped with the package, sorted."""
+    if not os.path.isdir(PRESETS_DIR):
+        return []
+    return sorted(
+        name
+        for name in os.listdir(PRESETS_DIR)
+        if os.path.isfile(os.path.join(PRESETS_DIR, name, METADATA_FILE))
+    )
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"The preset has no {os.path.basename(path)}: {path}") from None
+    except (OSError, ValueError) as error:
+        raise ValueError(f"Cannot read {path}: {error}") from None
+
+
+def sha256(path):
+    """The SHA-256 of the file at `path`, as hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def list_presets():
+    """The presets shipped with keras-capsules, one dict each.
+
+    Returns:
+        A list sorted by name of dicts with `"name"`, `"model"` (the class to
+        call `from_preset` on), `"data"` (the data set it was trained on),
+        `"test_accuracy"` (on the full test set, with the weights as stored),
+        `"parameters"`, `"size"` (bytes of the weights file) and
+        `"description"`.
+
+    Example:
+
+    >>> import applications
+    >>> names = [preset["name"] for preset in applications.list_presets()]
+    """
+    presets = []
+    for name in _shipped():
+        folder = os.path.join(PRESETS_DIR, name)
+        metadata = _read_json(os.path.join(folder, METADATA_FILE))
+        presets.append(
+            {
+                "name": name,
+                "model": metadata.get("class_name"),
+                "data": (metadata.get("data") or {}).get("name"),
+                "test_accuracy": metadata.get("test_accuracy"),
+                "parameters": metadata.get("parameter_count"),
+                "size": os.path.getsize(os.path.join(folder, WEIGHTS_FILE)),
+                "description": metadata.get("description", ""),
+            }
+        )
+    return presets
+
+
+def _download(preset):
+    """A local folder for an `hf://` or `kaggle://` handle, through the hub's own client."""
+    scheme, handle = preset.split("://", 1)
+    if scheme == "hf":
+        hub = require("huggingface_hub", f"Loading the preset {preset!r}")
+        return hub.snapshot_download(repo_id=handle)
+    kagglehub = require("kagglehub", f"Loading the preset {preset!r}")
+    return kagglehub.model_download(handle)
+
+
+def preset_folder(preset):
+    """The local folder of `preset`: a shipped name, a folder, or an `hf://`/`kaggle://` handle."""
+    if not isinstance(preset, (str, os.PathLike)):
+        raise ValueError(
+            f"`preset` must be a preset name, a folder or an hf:// or kaggle:// handle. "
+            f"Received: preset={preset!r}"
+        )
+    preset = os.fspath(preset)
+    if preset.startswith(("hf://", "kaggle://")):
+        return _download(preset)
+    if preset in _shipped():
+        return os.path.join(PRESETS_DIR, preset)
+    if os.path.isdir(preset):
+        return preset
+    if "://" in preset:
+        raise ValueError(
+            f"Unknown preset scheme in {preset!r}: use hf:// (Hugging Face) or kaggle:// (Kaggle)."
+        )
+    raise ValueError(
+        f"No preset {preset!r}: not a shipped preset ({', '.join(_shipped()) or 'none'}) "
+        "and not a folder."
+    )
+
+
+def check_weights(folder, metadata):
+    """Raise a `ValueError` naming the weights file unless its SHA-256 is the recorded one."""
+    path = os.path.join(folder, WEIGHTS_FILE)
+    expected = metadata.get("weights_sha256")
+    if not os.path.isfile(path):
+        raise ValueError(f"The preset has no weights file: {path}")
+    if not expected:
+        raise ValueError(
+            f"{os.path.join(folder, METADATA_FILE)} records no weights_sha256, so {path} "
+            "cannot be checked; write the preset with save_to_preset()."
+        )
+    actual = sha256(path)
+    if actual != expected:
+        raise ValueError(
+            f"{path} is not the file this preset was saved with: its SHA-256 is {actual}, "
+            f"metadata.json records {expected}. The file is truncated or altered; "
+            "download or copy the preset again."
+        )
+    return path
+
+
+def load_preset(cls, preset, **kwargs):
+    """A `cls` built from `preset`'s config (updated with `kwargs`) with its checked weights."""
+    folder = preset_folder(preset)
+    metadata = _read_json(os.path.join(folder, METADATA_FILE))
+    weights = check_weights(folder, metadata)
+    config = _read_json(os.path.join(folder, CONFIG_FILE))
+    stored = keras.saving.get_registered_object(config.get("registered_name", ""))
+    if stored is None or not issubclass(stored, cls):
+        stored_name = config.get("class_name", "an unknown model")
+        raise ValueError(
+            f"The preset {preset!r} holds a {stored_name}, not a {cls.__name__}: load it with "
+            f"applications.{stored_name}.from_preset({preset!r})."
+        )
+    model = stored.from_config({**config["config"], **kwargs})
+    model.load_weights(weights)
+    return model
+
+
+def _copy_as_float16(source, target):
+    """Copy the Keras weights file `source` to `target`, its float32 arrays as float16."""
+    import h5py
+
+    def copy(src, dst):
+        dst.attrs.update(src.attrs)
+        for key, item in src.items():
+            if isinstance(item, h5py.Group):
+                copy(item, dst.create_group(key))
+                continue
+            values = item[()]
+            if values.dtype == np.float32:
+                values = values.astype(np.float16)
+                if not np.all(np.isfinite(values)):
+                    raise ValueError(
+                        f"The weights {item.name!r} overflow float16; "
+                        "save them with weights_dtype='float32'."
+                    )
+            dst.create_dataset(key, data=values)
+            dst[key].attrs.update(item.attrs)
+
+    with h5py.File(source, "r") as src, h5py.File(target, "w") as dst:
+        copy(src, dst)
+
+
+def save_preset(model, preset_dir, metadata=None, weights_dtype=None):
+    """Write `model` as a preset folder; see `save_to_preset`."""
+    if weights_dtype not in _WEIGHTS_DTYPES:
+        raise ValueError(
+            "`weights_dtype` must be None, 'float32' or 'float16'. "
+            f"Received: weights_dtype={weights_dtype!r}"
+        )
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ValueError(f"`metadata` must be a dict or None. Received: metadata={metadata!r}")
+    import keras_capsules
+
+    preset_dir = os.fspath(preset_dir)
+    os.makedirs(preset_dir, exist_ok=True)
+    weights = os.path.join(preset_dir, WEIGHTS_FILE)
+    # Keras wants the `.weights.h5` suffix, which `replacing`'s temporary name lacks.
+    partial = os.path.join(preset_dir, f".{os.getpid()}.partial.weights.h5")
+    half = os.path.join(preset_dir, f".{os.getpid()}.partial-float16.weights.h5")
+    try:
+        model.save_weights(partial)
+        if weights_dtype == "float16":
+            _copy_as_float16(partial, half)
+            os.replace(half, partial)
+        os.replace(partial, weights)
+    finally:
+        for path in (partial, half):
+            if os.path.exists(path):
+                os.remove(path)
+    config = keras.saving.serialize_keras_object(model)
+    config.pop("compile_config", None)
+    config.pop("build_config", None)
+    write_json(os.path.join(preset_dir, CONFIG_FILE), config)
+    write_json(
+        os.path.join(preset_dir, METADATA_FILE),
+        {
+            **(metadata or {}),
+            "class_name": type(model).__name__,
+            "parameter_count": int(model.count_params()),
+            "weights_dtype": weights_dtype or "float32",
+            "weights_sha256": sha256(weights),
+            "weights_bytes": os.path.getsize(weights),
+            "keras_version": keras.__version__,
+            "keras_capsules_version": keras_capsules.__version__,
+            "date_saved": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"
+            ),
+        },
+    )
+    return preset_dir
+
+
+class PresetMixin:
+    """`from_preset` and `save_to_preset` for the applications."""
+
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """A trained model from a preset: a shipped name, a folder, or a hub handle.
+
+        The weights file's SHA-256 is checked against the preset's
+        `metadata.json` before it is loaded: a truncated or altered file is a
+        `ValueError` naming it. Weights stored as float16 are cast back to the
+        model's dtype.
+
+        Args:
+            preset: the name of a shipped preset (`applications.list_presets()`),
+                a folder written by `save_to_preset`, or a handle
+                `hf://OWNER/REPO` (needs `pip install "keras-capsules[hf]"`) or
+                `kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]` (needs
+                `pip install "keras-capsules[kaggle]"`), downloaded by
+                huggingface_hub's or kagglehub's own client.
+            **kwargs: constructor arguments that replace the preset's config,
+                e.g. `compile=False` or `dtype="mixed_bfloat16"`.
+
+        Returns:
+            The model, of the class the preset was saved from, which must be
+            this class or a subclass of it.
+
+        Example:
+
+        >>> import tempfile, applications
+        >>> model = applications.EfficientCapsNet(conv_filters=(4, 4, 4, 32),
+        ...                                       primary_capsule_types=4, decoder_units=None)
+        >>> folder = model.save_to_preset(tempfile.mkdtemp())
+        >>> same = applications.EfficientCapsNet.from_preset(folder)
+        >>> model.count_params() == same.count_params()
+        True
+        """
+        return load_preset(cls, preset, **kwargs)
+
+    def save_to_preset(self, preset_dir, metadata=None, weights_dtype=None):
+        """Write this model as a preset folder that `from_preset` loads.
+
+        Writes `config.json` (the model's config, without its compile state),
+        `model.weights.h5` and `metadata.json`: `metadata` plus the class, the
+        parameter count, the weights' dtype, size and SHA-256, and the Keras
+        and keras-capsules versions. Each file is written under a temporary
+        name and renamed into place, the metadata last.
+
+        Args:
+            preset_dir: the folder to write (created if needed).
+            metadata: a dict of JSON values to record, e.g. the data set and
+                the test accuracy.
+            weights_dtype: `"float16"` stores float32 weights as float16 (half
+                the bytes; `from_preset` casts them back); `None` or
+                `"float32"` stores them as they are.
+
+        Returns:
+            `preset_dir`.
+        """
+        return save_preset(self, preset_dir, metadata=metadata, weights_dtype=weights_dtype)

@@ -1,0 +1,265 @@
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+import applications
+from applications import _preset
+from keras_capsules.datasets import mnist
+
+SMALL_MODELS = {
+    "CapsNetMNIST": dict(conv_filters=16, primary_capsule_types=4, decoder_units=(32,)),
+    "EfficientCapsNet": dict(conv_filters=(8, 8, 8, 32), primary_capsule_types=4),
+    "MatrixCapsNetNORB": dict(
+        A=8, B=2, C=3, D=2, iterations=1, input_shape=(28, 28, 1), num_classes=10
+    ),
+}
+SHIPPED = [preset["name"] for preset in applications.list_presets()]
+
+
+def _images(n=4):
+    (_, _), (x_test, _) = mnist.load_data()
+    return x_test[:n, ..., None].astype("float32")
+
+
+def _saved(tmp_path, name="CapsNetMNIST", **kwargs):
+    model = getattr(applications, name)(**SMALL_MODELS[name])
+    folder = model.save_to_preset(str(tmp_path / name), metadata={"note": "test"}, **kwargs)
+    return model, folder
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_MODELS))
+def test_save_to_preset_round_trip(tmp_path, name):
+    model, folder = _saved(tmp_path, name)
+    assert sorted(os.listdir(folder)) == ["config.json", "metadata.json", "model.weights.h5"]
+    loaded = getattr(applications, name).from_preset(folder)
+    assert type(loaded) is type(model)
+    assert loaded.get_config() == model.get_config()
+    x = _images()
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    with open(os.path.join(folder, "metadata.json")) as f:
+        metadata = json.load(f)
+    weights = os.path.join(folder, "model.weights.h5")
+    with open(weights, "rb") as f:
+        assert metadata["weights_sha256"] == hashlib.sha256(f.read()).hexdigest()
+    assert metadata["weights_bytes"] == os.path.getsize(weights)
+    assert metadata["class_name"] == name
+    assert metadata["parameter_count"] == model.count_params()
+    assert metadata["keras_version"] == keras.__version__
+    assert metadata["note"] == "test"
+    assert not [f for f in os.listdir(folder) if "partial" in f]
+
+
+def test_from_preset_of_a_base_class_and_kwargs(tmp_path):
+    _, folder = _saved(tmp_path, "CapsNetMNIST")
+    model = applications.CapsNetMNIST.from_preset(folder, compile=False, name="renamed")
+    assert model.name == "renamed" and not model.compiled
+
+
+def test_float16_storage_halves_the_file_and_loads_as_float32(tmp_path):
+    model, full = _saved(tmp_path / "a")
+    half = model.save_to_preset(str(tmp_path / "b"), weights_dtype="float16")
+    full_bytes = os.path.getsize(os.path.join(full, "model.weights.h5"))
+    half_bytes = os.path.getsize(os.path.join(half, "model.weights.h5"))
+    assert half_bytes < 0.6 * full_bytes
+    with h5py.File(os.path.join(half, "model.weights.h5")) as f:
+        dtypes = set()
+        f.visititems(lambda _, item: dtypes.add(item.dtype) if hasattr(item, "dtype") else None)
+    assert np.dtype("float16") in dtypes and np.dtype("float32") not in dtypes
+    loaded = applications.CapsNetMNIST.from_preset(half)
+    for saved, restored in zip(model.weights, loaded.weights):
+        assert restored.dtype == "float32"
+        expected = keras.ops.convert_to_numpy(saved).astype("float16").astype("float32")
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(restored), expected)
+    with open(os.path.join(half, "metadata.json")) as f:
+        assert json.load(f)["weights_dtype"] == "float16"
+
+
+@pytest.mark.parametrize("damage", ["one_byte", "truncated"])
+def test_an_altered_weights_file_is_refused_by_name(tmp_path, damage):
+    _, folder = _saved(tmp_path)
+    weights = os.path.join(folder, "model.weights.h5")
+    with open(weights, "r+b") as f:
+        if damage == "one_byte":
+            f.seek(os.path.getsize(weights) // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0x01]))
+        else:
+            f.truncate(os.path.getsize(weights) - 100)
+    with pytest.raises(ValueError, match="model.weights.h5 is not the file") as error:
+        applications.CapsNetMNIST.from_preset(folder)
+    assert weights in str(error.value)
+
+
+def test_missing_files_and_checksum_are_named(tmp_path):
+    _, folder = _saved(tmp_path)
+    metadata_path = os.path.join(folder, "metadata.json")
+    with open(metadata_path) as f:
+        metadata = json.load(f)
+    del metadata["weights_sha256"]
+    with open(metadata_path, "w") as f:
+        json.dump(metadata, f)
+    with pytest.raises(ValueError, match="records no weights_sha256"):
+        applications.CapsNetMNIST.from_preset(folder)
+    os.remove(metadata_path)
+    with pytest.raises(ValueError, match="no metadata.json"):
+        applications.CapsNetMNIST.from_preset(folder)
+
+
+def test_a_preset_of_another_class_is_refused(tmp_path):
+    _, folder = _saved(tmp_path, "EfficientCapsNet")
+    with pytest.raises(ValueError, match=r"holds a EfficientCapsNet, not a CapsNetMNIST"):
+        applications.CapsNetMNIST.from_preset(folder)
+
+
+@pytest.mark.parametrize("preset", ["no_such_preset", "s3://bucket/model", 3])
+def test_unknown_presets_are_refused(preset):
+    with pytest.raises(ValueError, match="preset"):
+        applications.CapsNetMNIST.from_preset(preset)
+
+
+def test_bad_save_arguments(tmp_path):
+    model = applications.CapsNetMNIST(**SMALL_MODELS["CapsNetMNIST"], compile=False)
+    with pytest.raises(ValueError, match="weights_dtype"):
+        model.save_to_preset(str(tmp_path), weights_dtype="int8")
+    with pytest.raises(ValueError, match="metadata"):
+        model.save_to_preset(str(tmp_path), metadata=["not", "a", "dict"])
+
+
+@pytest.mark.parametrize(
+    "handle, module, extra",
+    [
+        ("hf://someone/capsnet", "huggingface_hub", "hf"),
+        ("kaggle://a/b/keras/c", "kagglehub", "kaggle"),
+    ],
+)
+def test_hub_handles_name_the_extra_to_install(monkeypatch, handle, module, extra):
+    monkeypatch.setitem(sys.modules, module, None)  # importing it fails
+    with pytest.raises(ImportError, match=rf'pip install "keras-capsules\[{extra}\]"'):
+        applications.CapsNetMNIST.from_preset(handle)
+
+
+@pytest.mark.parametrize(
+    "handle, module, function, expected",
+    [
+        ("hf://someone/capsnet", "huggingface_hub", "snapshot_download", "someone/capsnet"),
+        ("kaggle://a/b/keras/c/2", "kagglehub", "model_download", "a/b/keras/c/2"),
+    ],
+)
+def test_hub_handles_go_through_the_hubs_own_client(
+    tmp_path, monkeypatch, handle, module, function, expected
+):
+    _, folder = _saved(tmp_path)
+    asked = []
+
+    def download(*args, **kwargs):
+        asked.append(kwargs.get("repo_id", args[0] if args else None))
+        return folder
+
+    client = type(sys)(module)
+    setattr(client, function, download)
+    monkeypatch.setitem(sys.modules, module, client)
+    model = applications.CapsNetMNIST.from_preset(handle)
+    assert asked == [expected] and isinstance(model, applications.CapsNetMNIST)
+
+
+def test_list_presets_describes_each_shipped_folder():
+    presets = applications.list_presets()
+    folders = os.listdir(_preset.PRESETS_DIR) if os.path.isdir(_preset.PRESETS_DIR) else []
+    assert [p["name"] for p in presets] == sorted(folders)
+    for preset in presets:
+        folder = os.path.join(_preset.PRESETS_DIR, preset["name"])
+        assert preset["size"] == os.path.getsize(os.path.join(folder, "model.weights.h5"))
+        assert hasattr(applications, preset["model"])
+        assert preset["data"] in ("mnist", "fashion_mnist")
+        assert 0.9 < preset["test_accuracy"] <= 1.0
+        assert preset["parameters"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_preset_reaches_its_recorded_accuracy_on_the_full_test_set(name):
+    with open(os.path.join(_preset.PRESETS_DIR, name, "metadata.json")) as f:
+        metadata = json.load(f)
+    model = getattr(applications, metadata["class_name"]).from_preset(name)
+    from keras_capsules import datasets
+
+    _, (x_test, y_test) = getattr(datasets, metadata["data"]["name"]).load_data()
+    assert len(x_test) == 10_000
+    scores = model.evaluate(x_test[..., None], y_test, batch_size=500, verbose=0, return_dict=True)
+    assert abs(scores["accuracy"] - metadata["test_accuracy"]) <= 0.0005
+
+
+_PREDICT = """
+import os, sys
+import numpy as np
+import applications
+from keras_capsules import datasets
+names, output = sys.argv[1].split(","), sys.argv[2]
+results = {}
+for preset in applications.list_presets():
+    if preset["name"] in names:
+        model = getattr(applications, preset["model"]).from_preset(preset["name"])
+        _, (x, _) = getattr(datasets, preset["data"]).load_data()
+        results[preset["name"]] = model.predict(x[:100, ..., None], batch_size=50, verbose=0)
+np.savez(output, **results)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="compares with TensorFlow")
+@pytest.mark.skipif(not SHIPPED, reason="no preset is shipped")
+def test_shipped_presets_predict_alike_on_jax_and_pytorch(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    processes = {
+        backend: subprocess.Popen(
+            [sys.executable, "-c", _PREDICT, ",".join(SHIPPED), str(tmp_path / f"{backend}.npz")],
+            cwd=root,
+            env=dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES=""),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for backend in ("jax", "torch")
+    }
+    for backend, process in processes.items():
+        output, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, f"{backend}:\n{output[-3000:]}"
+    from keras_capsules import datasets
+
+    for preset in applications.list_presets():
+        model = getattr(applications, preset["model"]).from_preset(preset["name"])
+        _, (x, _) = getattr(datasets, preset["data"]).load_data()
+        expected = model.predict(x[:100, ..., None], batch_size=50, verbose=0)
+        for backend in processes:
+            with np.load(tmp_path / f"{backend}.npz") as other:
+                np.testing.assert_allclose(
+                    other[preset["name"]], expected, atol=1e-4, err_msg=f"{preset} {backend}"
+                )
+
+
+def test_copy_of_a_shipped_preset_with_one_byte_altered_is_refused(tmp_path):
+    if SHIPPED:
+        preset = applications.list_presets()[0]
+        source = os.path.join(_preset.PRESETS_DIR, preset["name"])
+        cls = getattr(applications, preset["model"])
+    else:
+        _, source = _saved(tmp_path / "source")
+        cls = applications.CapsNetMNIST
+    folder = shutil.copytree(source, tmp_path / "copy")
+    weights = os.path.join(folder, "model.weights.h5")
+    with open(weights, "r+b") as f:
+        f.seek(-10, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(ValueError, match="truncated or altered"):
+        cls.from_preset(str(folder))
