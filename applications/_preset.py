@@ -143,10 +143,15 @@ def check_weights(folder, metadata):
     return path
 
 
+def read_metadata(folder):
+    """The `metadata.json` of the preset folder `folder`, as a dict."""
+    return _read_json(os.path.join(folder, METADATA_FILE))
+
+
 def load_preset(cls, preset, **kwargs):
     """A `cls` built from `preset`'s config (updated with `kwargs`) with its checked weights."""
     folder = preset_folder(preset)
-    metadata = _read_json(os.path.join(folder, METADATA_FILE))
+    metadata = read_metadata(folder)
     weights = check_weights(folder, metadata)
     config = _read_json(os.path.join(folder, CONFIG_FILE))
     stored = keras.saving.get_registered_object(config.get("registered_name", ""))

@@ -429,3 +429,28 @@ def test_a_run_recorded_under_the_old_option_names_is_the_same_run(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"options": recorded}))
     with pytest.raises(SystemExit, match="--iterations 3 -> 2"):
         _training.previous_run(args)
+
+
+def test_evaluate_a_preset_on_the_data_it_was_trained_on(tmp_path, capsys):
+    import applications
+    from keras_capsules.datasets import fashion_mnist
+
+    model = applications.EfficientCapsNet(
+        conv_filters=(8, 8, 8, 32), primary_capsule_types=4, decoder_units=None
+    )
+    _, (x_test, y_test) = fashion_mnist.load_data()
+    expected = model.evaluate(x_test[:100, ..., None], y_test[:100], verbose=0, return_dict=True)
+    folder = model.save_to_preset(
+        str(tmp_path / "preset"), metadata={"data": {"name": "fashion_mnist"}}
+    )
+    assert cli.main(["evaluate", "--preset", folder, "--test-size", "100"]) == 0
+    printed = capsys.readouterr().out
+    assert f"Test accuracy: {expected['accuracy']:.4f} (100 images)" in printed
+    with pytest.raises(SystemExit, match="not both"):
+        cli.main(["evaluate", "model.keras", "--preset", folder])
+
+
+def test_evaluate_with_no_model_evaluates_the_capsnet_mnist_preset(capsys):
+    assert cli.main(["evaluate", "--test-size", "200", "--batch-size", "100"]) == 0
+    accuracy = float(re.search(r"Test accuracy: ([0-9.]+)", capsys.readouterr().out).group(1))
+    assert accuracy > 0.98

@@ -1,8 +1,8 @@
 """The test images `figures` and `explore` draw from, chosen by the model's input size.
 
-28x28 models get the MNIST test set, 36x36 models the MultiMNIST test set,
-and 40x40 models the MNIST test digits placed on a 40x40 canvas
-(`affine.expand`).
+28x28 models get the MNIST test set (or their preset's data set, such as
+Fashion-MNIST), 36x36 models the MultiMNIST test set, and 40x40 models the
+MNIST test digits placed on a 40x40 canvas (`affine.expand`).
 """
 
 
@@ -11,16 +11,22 @@ def fail(message, command):
     raise SystemExit(f"keras-capsules {command}: {message}")
 
 
-def test_images(model, args, command):
-    """`(images, labels, pair_labels)`: test images of the model's size and their classes."""
+def test_images(model, args, command, data=None):
+    """`(images, labels, pair_labels)`: test images of the model's size and their classes.
+
+    `data` names the data set of a 28x28 model (a preset's, e.g. `"fashion_mnist"`);
+    MNIST by default.
+    """
+    from keras_capsules import datasets
     from keras_capsules.datasets import affine
     from keras_capsules.datasets import mnist
     from keras_capsules.datasets import multimnist
 
-    _, (x_test, y_test) = mnist.load_data(args.data_dir)
-    size = tuple(model.image_shape)
+    size = tuple(getattr(model, "image_shape", model.input_shape[1:]))
     if size == (28, 28, 1):
+        _, (x_test, y_test) = getattr(datasets, data or "mnist").load_data(args.data_dir)
         return x_test, y_test, None
+    _, (x_test, y_test) = mnist.load_data(args.data_dir)
     if size == (36, 36, 1):
         test = multimnist.test_set(x_test, y_test, seed=args.seed, rule=args.overlay)
         return test["images"], None, test["labels"]

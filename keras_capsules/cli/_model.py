@@ -1,7 +1,9 @@
-"""Loading a saved `.keras` model, with one line for each way that fails."""
+"""Loading the model a command works on: a saved `.keras` file or a preset, one line per failure."""
 
 import os
 import zipfile
+
+DEFAULT_PRESET = "capsnet_mnist"
 
 
 def load_model(path):
@@ -25,3 +27,41 @@ def load_model(path):
         return keras.saving.load_model(path)
     except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
         raise SystemExit(f"keras-capsules: cannot load the model at {path}: {error}") from None
+
+
+def add_model_arguments(parser, what="a .keras file"):
+    """`model_path` (optional) and `--preset`: the model a command works on."""
+    parser.add_argument(
+        "model_path",
+        nargs="?",
+        default=None,
+        help=f"{what}; without it, --preset (the {DEFAULT_PRESET} preset by default)",
+    )
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help="a shipped preset (applications.list_presets()), a preset folder, or an hf:// or "
+        f"kaggle:// handle ({DEFAULT_PRESET} when no model_path is given)",
+    )
+
+
+def load_model_or_preset(args, command):
+    """`(model, data)`: the model of `args` and the data set it was trained on.
+
+    `data` is the preset's data set (`"mnist"`, `"fashion_mnist"`), or `None`
+    for a `.keras` file, whose data the command infers from the input shape.
+    """
+    if args.model_path is not None and args.preset is not None:
+        raise SystemExit(f"keras-capsules {command}: give a model_path or --preset, not both")
+    if args.model_path is not None:
+        return load_model(args.model_path), None
+    from applications import _preset
+
+    preset = args.preset or DEFAULT_PRESET
+    try:
+        folder = _preset.preset_folder(preset)
+        metadata = _preset.read_metadata(folder)
+        model = _preset.PresetMixin.from_preset(folder)
+    except (ValueError, ImportError, OSError) as error:
+        raise SystemExit(f"keras-capsules {command}: preset {preset!r}: {error}") from None
+    return model, (metadata.get("data") or {}).get("name")

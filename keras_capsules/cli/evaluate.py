@@ -1,14 +1,18 @@
-"""`keras-capsules evaluate`: a saved `.keras` model's loss and accuracy on its test set.
+"""`keras-capsules evaluate`: a `.keras` model's or a preset's loss and accuracy on its test set.
 
     keras-capsules evaluate runs/mnist/model.keras
+    keras-capsules evaluate --preset efficient_capsnet_fashion_mnist
+    keras-capsules evaluate                # the capsnet_mnist preset
 
-A model whose input is a stereo pair (two channels) is evaluated on smallNORB
-from `--data-dir`, any other on MNIST.
+A preset is evaluated on the data set it was trained on. A `.keras` model
+whose input is a stereo pair (two channels) is evaluated on smallNORB from
+`--data-dir`, any other on MNIST.
 """
 
 import json
 
-from keras_capsules.cli._model import load_model
+from keras_capsules.cli._model import add_model_arguments
+from keras_capsules.cli._model import load_model_or_preset
 from keras_capsules.cli._types import data_dir
 from keras_capsules.cli._types import positive_int
 
@@ -16,9 +20,9 @@ from keras_capsules.cli._types import positive_int
 def add_parser(commands):
     """Add the `evaluate` subcommand and its arguments to `commands` (argparse subparsers)."""
     evaluate = commands.add_parser(
-        "evaluate", help="evaluate a saved .keras model on MNIST or smallNORB"
+        "evaluate", help="evaluate a saved .keras model or a preset on its test set"
     )
-    evaluate.add_argument("model_path")
+    add_model_arguments(evaluate)
     evaluate.add_argument("--data-dir", type=data_dir, default=None)
     evaluate.add_argument("--batch-size", type=positive_int, default=32)
     evaluate.add_argument("--test-size", type=positive_int, default=None)
@@ -27,7 +31,7 @@ def add_parser(commands):
 
 def run(args):
     """Run `keras-capsules evaluate` with parsed arguments; return the exit status."""
-    model = load_model(args.model_path)
+    model, data = load_model_or_preset(args, "evaluate")
     norb = model.input_shape[-1] == 2  # a stereo pair: smallNORB
     try:
         if norb:
@@ -35,9 +39,9 @@ def run(args):
 
             _, (x_test, y_test, _) = smallnorb.load_data(args.data_dir)
         else:
-            from keras_capsules.datasets import mnist
+            from keras_capsules import datasets
 
-            _, (x_test, y_test) = mnist.load_data(args.data_dir)
+            _, (x_test, y_test) = getattr(datasets, data or "mnist").load_data(args.data_dir)
     except ValueError as error:
         raise SystemExit(f"keras-capsules evaluate: {error}") from None
     x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]

@@ -1,5 +1,7 @@
 """`keras-capsules explore`: the capsule explorer, a Gradio page, for a trained model.
 
+    keras-capsules explore                  # the capsnet_mnist preset
+    keras-capsules explore --preset efficient_capsnet_mnist
     keras-capsules explore runs/mnist/model.keras
 
 Pick or draw a digit and perturb its capsule with sliders
@@ -9,7 +11,8 @@ Pick or draw a digit and perturb its capsule with sliders
 from keras_capsules.cli._images import add_test_image_arguments
 from keras_capsules.cli._images import fail
 from keras_capsules.cli._images import test_images
-from keras_capsules.cli._model import load_model
+from keras_capsules.cli._model import add_model_arguments
+from keras_capsules.cli._model import load_model_or_preset
 from keras_capsules.cli._types import positive_int
 
 
@@ -19,7 +22,7 @@ def add_parser(commands):
         "explore",
         help="serve the capsule explorer: pick or draw a digit, perturb its capsule with sliders",
     )
-    explore.add_argument("model_path", help="a .keras file with a decoder")
+    add_model_arguments(explore, "a .keras file with a decoder")
     explore.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1: this machine)")
     explore.add_argument("--port", type=int, default=7860)
     explore.add_argument(
@@ -40,8 +43,8 @@ def run(args):
         )
     from keras_capsules.visualization import launch_explorer
 
-    model = load_model(args.model_path)
-    x, labels, pairs = test_images(model, args, "explore")
+    model, data = load_model_or_preset(args, "explore")
+    x, labels, pairs = test_images(model, args, "explore", data)
     if pairs is not None:
         labels = None  # two classes per image: the picker shows none
     n = min(args.examples, len(x))

@@ -1,5 +1,6 @@
 """`keras-capsules figures`: the paper's figures for a trained model, as PNG files.
 
+    keras-capsules figures --output figures     # the capsnet_mnist preset
     keras-capsules figures runs/mnist/model.keras --output figures
 
 The test images follow the model's input size (`_images.test_images`); the
@@ -11,7 +12,8 @@ import os
 from keras_capsules.cli._images import add_test_image_arguments
 from keras_capsules.cli._images import fail
 from keras_capsules.cli._images import test_images
-from keras_capsules.cli._model import load_model
+from keras_capsules.cli._model import add_model_arguments
+from keras_capsules.cli._model import load_model_or_preset
 from keras_capsules.cli._types import positive_int
 
 KINDS = ("reconstructions", "dimensions", "multimnist", "routing")
@@ -23,7 +25,7 @@ def add_parser(commands):
     figures = commands.add_parser(
         "figures", help="draw the paper's figures for a trained model as PNG files"
     )
-    figures.add_argument("model_path", help="a .keras file, e.g. runs/mnist/model.keras")
+    add_model_arguments(figures, "a .keras file, e.g. runs/mnist/model.keras")
     figures.add_argument(
         "--kind",
         choices=KINDS + ("all",),
@@ -69,8 +71,8 @@ def run(args):
 
     from keras_capsules import visualization
 
-    model = load_model(args.model_path)
-    x, _, pairs = test_images(model, args, "figures")
+    model, data = load_model_or_preset(args, "figures")
+    x, _, pairs = test_images(model, args, "figures", data)
     if not 0 <= args.index < len(x):
         fail(f"--index must be in [0, {len(x)}), got {args.index}", "figures")
     stop = args.index + args.count

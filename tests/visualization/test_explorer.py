@@ -11,6 +11,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+import applications
 from keras_capsules._local_http import free_port
 from keras_capsules._local_http import wait_for_http
 from keras_capsules.visualization import build_explorer
@@ -151,19 +152,18 @@ def fetch_png(src):
     BACKEND != "tensorflow", reason="drives the CLI in a subprocess, as the CLI tests: TensorFlow"
 )
 def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data, chromium):
-    """`keras-capsules explore` in headless Chromium: a slider redraws the reconstruction.
+    """`keras-capsules explore`, with no model: the capsnet_mnist preset, in headless Chromium.
 
-    Also draws a digit with the brush and checks the page encodes the drawing.
+    A slider redraws the reconstruction; a digit drawn with the brush is encoded.
     """
     pytest.importorskip("gradio")
     driver = chromium
     _, (x_test, _) = mnist_data
-    model = tiny()
-    model.save(tmp_path / "model.keras")
+    model = applications.CapsNetMNIST.from_preset("capsnet_mnist")
     port = free_port()
     log = open(tmp_path / "explore.log", "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "keras_capsules.cli", "explore", str(tmp_path / "model.keras")]
+        [sys.executable, "-m", "keras_capsules.cli", "explore"]
         + ["--port", str(port), "--examples", "10"],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -36,6 +36,26 @@ def test_all_kinds_for_an_mnist_model(tmp_path, capsys):
     assert dims.shape[0] < dims.shape[1]
 
 
+def test_with_no_model_the_capsnet_mnist_preset_is_drawn(tmp_path, capsys):
+    out = tmp_path / "figs"
+    assert cli.main(["figures", "--output", str(out), "--count", "3", "--dpi", "40"]) == 0
+    kinds = ("reconstructions", "dimensions", "routing")
+    check_written([out / f"{kind}.png" for kind in kinds], capsys.readouterr().out)
+
+
+def test_a_preset_by_name_or_folder(tmp_path, capsys):
+    model = tiny((28, 28, 1))
+    folder = model.save_to_preset(str(tmp_path / "preset"), metadata={"data": {"name": "mnist"}})
+    out = tmp_path / "figs"
+    args = ["figures", "--preset", folder, "--kind", "reconstructions", "--output", str(out)]
+    assert cli.main(args + ["--count", "2", "--dpi", "40"]) == 0
+    check_written([out / "reconstructions.png"], capsys.readouterr().out)
+    with pytest.raises(SystemExit, match="preset 'no_such_preset'"):
+        cli.main(["figures", "--preset", "no_such_preset", "--output", str(out)])
+    with pytest.raises(SystemExit, match="not both"):
+        cli.main(["figures", "m.keras", "--preset", folder, "--output", str(out)])
+
+
 def test_multimnist_kind_for_a_36_pixel_model(tmp_path, capsys):
     model = saved(tmp_path, (36, 36, 1))
     out = tmp_path / "figs"
