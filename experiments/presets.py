@@ -210,6 +210,15 @@ def _machine():
     }
 
 
+def _machines(progress):
+    """The distinct machines that trained at least one epoch of the run."""
+    machines = {}
+    for session in progress["sessions"]:
+        if session.get("epochs"):
+            machines[json.dumps(session["machine"], sort_keys=True)] = session["machine"]
+    return list(machines.values())
+
+
 def _commit():
     try:
         return subprocess.run(
@@ -358,13 +367,7 @@ def write_preset(args, recipe, model, progress):
         "train_seconds": progress["train_seconds"],
         "history": progress["history"],
         "sessions": progress["sessions"],
-        "machine": [
-            dict(m)
-            for m in {
-                json.dumps(s["machine"], sort_keys=True): s["machine"]
-                for s in progress["sessions"]
-                if s.get("epochs")
-            }.values()
+        "machine": _machines(progress),
         ],
         "backend": keras.backend.backend(),
         "keras_version": keras.__version__,

@@ -1,6 +1,8 @@
-"""Take a screenshot of `keras-capsules explore MODEL` in headless Chromium.
+"""Take a screenshot of `keras-capsules explore` in headless Chromium.
 
-    python docs/images/screenshot_explorer.py MODEL.keras OUTPUT.png
+    python docs/images/screenshot_explorer.py OUTPUT.png [MODEL.keras]
+
+Without a model, the explorer serves the capsnet_mnist preset.
 
 Starts the explorer on a free loopback port, moves one slider so that the
 picture shows a perturbed reconstruction, saves the page as a PNG and stops
@@ -21,10 +23,11 @@ from keras_capsules._local_http import free_port
 from keras_capsules._local_http import wait_for_http
 
 
-def main(model_path, output):
+def main(output, model_path=None):
     port = free_port()
+    model = [] if model_path is None else [model_path]
     server = subprocess.Popen(
-        [sys.executable, "-m", "keras_capsules.cli", "explore", model_path, "--port", str(port)],
+        [sys.executable, "-m", "keras_capsules.cli", "explore", *model, "--port", str(port)],
         env=dict(os.environ, GRADIO_ANALYTICS_ENABLED="False"),
     )
     options = webdriver.ChromeOptions()
