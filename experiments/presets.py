@@ -368,7 +368,6 @@ def write_preset(args, recipe, model, progress):
         "history": progress["history"],
         "sessions": progress["sessions"],
         "machine": _machines(progress),
-        ],
         "backend": keras.backend.backend(),
         "keras_version": keras.__version__,
         "keras_capsules_version": keras_capsules.__version__,
