@@ -128,6 +128,11 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as error:
         cli.main(["train", "capsnet-mnist", "--epochs", "0", "--output", str(tmp_path)])
     assert error.value.code == 2 and "--epochs" in capsys.readouterr().err
+    for option in ("--learning-rate", "--inverse-temperature", "--variance-epsilon"):
+        for bad in ("-1", "0", "nan", "inf"):
+            with pytest.raises(SystemExit) as error:
+                cli.main(["train", "matrix-capsnet-mnist", option, bad])
+            assert error.value.code == 2 and option in capsys.readouterr().err
     for bad in ("0", "0.1,-1", "soft", "inf", "nan"):
         with pytest.raises(SystemExit) as error:
             cli.main(["train", "matrix-capsnet-mnist", "--tempering", bad])
@@ -261,8 +266,21 @@ def test_reruns_continue_a_finished_run_and_refuse_other_options(tmp_path, capsy
     # Other options: refused, naming them, and nothing is touched.
     with pytest.raises(SystemExit, match=r"--batch-size 50 -> 20.*--fresh"):
         train_tiny(output, "--batch-size", "20")
-    with pytest.raises(SystemExit, match=r"--learning-rate None -> 0.01"):
+    with pytest.raises(SystemExit, match=r"--learning-rate 0.001 -> 0.01"):
         train_tiny(output, "--learning-rate", "0.01")
+    assert open(model_path, "rb").read() == trained
+    # A default passed explicitly is the same run.
+    assert train_tiny(output, "--learning-rate", "0.001") == 0
+    assert "nothing to train" in capsys.readouterr().out
+    # A torn run.json: the options cannot be checked, so the run is refused, naming the file.
+    run_json = os.path.join(output, "run.json")
+    recorded = open(run_json).read()
+    with open(run_json, "w") as f:
+        f.write('{"options": {"bat')
+    with pytest.raises(SystemExit, match=r"run.json is unreadable.*--fresh"):
+        train_tiny(output, "--batch-size", "20", epochs=2)
+    with open(run_json, "w") as f:
+        f.write(recorded)
     assert open(model_path, "rb").read() == trained
     # More epochs: continues from the finished model.
     assert train_tiny(output, epochs=2) == 0
@@ -454,3 +472,25 @@ def test_evaluate_with_no_model_evaluates_the_capsnet_mnist_preset(capsys):
     assert cli.main(["evaluate", "--test-size", "200", "--batch-size", "100"]) == 0
     accuracy = float(re.search(r"Test accuracy: ([0-9.]+)", capsys.readouterr().out).group(1))
     assert accuracy > 0.98
+
+
+def test_a_kill_during_the_last_save_keeps_the_last_epoch(tmp_path, capsys, killed_run):
+    """The backup holds both epochs, model.keras an older state, and its .partial is left."""
+    import keras
+
+    output = str(tmp_path / "run")
+    shutil.copytree(killed_run, output)
+    model_path = os.path.join(output, "model.keras")
+    model = _model.load_model(model_path)
+    last = [keras.ops.convert_to_numpy(w) for w in model.weights]
+    for weight in model.trainable_weights:
+        weight.assign(keras.ops.zeros_like(weight))
+    model.save(model_path)
+    with open(os.path.join(output, f".model.{os.getpid() + 1}.partial.keras"), "wb") as f:
+        f.write(b"PK\x03\x04")
+    assert train_tiny(output, epochs=2) == 0
+    assert "Resuming" in capsys.readouterr().out
+    restored = _model.load_model(model_path)
+    for expected, weight in zip(last, restored.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(weight), expected)
+    assert not os.path.exists(os.path.join(output, "backup"))

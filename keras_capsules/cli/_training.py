@@ -90,11 +90,27 @@ def model_saver(path):
     import keras
 
     class ModelSaver(keras.callbacks.Callback):
-        """Saves the model to `path` after every epoch, atomically."""
+        """Saves the model to `path` after every epoch, atomically.
+
+        A run resumed from a backup that holds every epoch (killed while the
+        last epoch's model was being saved) trains no epoch: the restored model
+        is saved when `fit` ends, before the backup is deleted.
+        """
+
+        def on_train_begin(self, logs=None):
+            self.saved = False
 
         def on_epoch_end(self, epoch, logs=None):
+            self._save()
+
+        def on_train_end(self, logs=None):
+            if not self.saved:
+                self._save()
+
+        def _save(self):
             with replacing(path) as temporary:
                 self.model.save(temporary)
+            self.saved = True
 
     return ModelSaver()
 
@@ -191,7 +207,18 @@ def previous_run(args):
             with open(config_path) as f:
                 recorded = json.load(f)["options"]
         except (OSError, ValueError, KeyError, TypeError):
-            recorded = None
+            held = [
+                name
+                for name in RUN_FILES
+                if name != "run.json" and os.path.exists(os.path.join(args.output, name))
+            ]
+            if held:
+                raise SystemExit(
+                    f"keras-capsules train: {config_path} is unreadable, so the options of the "
+                    f"run in {args.output} ({', '.join(held)}) cannot be checked against these. "
+                    "Restore it, choose another --output, or pass --fresh to start a new run "
+                    "there (its files are deleted)."
+                ) from None
     if recorded is not None:  # options recorded under their old names
         recorded = {_RENAMED_OPTIONS.get(k, k): v for k, v in recorded.items()}
     if recorded is not None and recorded != config:

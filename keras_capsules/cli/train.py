@@ -38,6 +38,7 @@ from keras_capsules._atomic import write_json
 from keras_capsules.cli import _training
 from keras_capsules.cli._model import load_model
 from keras_capsules.cli._types import data_dir
+from keras_capsules.cli._types import positive_float
 from keras_capsules.cli._types import positive_int
 from keras_capsules.cli._types import tempering
 
@@ -50,6 +51,29 @@ MODELS = (
 MATRIX_MODELS = ("matrix-capsnet-mnist", "matrix-capsnet-norb")
 BATCH_SIZES = {"capsnet-mnist": 100, "efficient-capsnet-mnist": 16}
 """Default batch sizes; 32 for the EM models."""
+LEARNING_RATES = {"capsnet-mnist": 1e-3, "efficient-capsnet-mnist": 5e-4}
+"""Default initial learning rates; 3e-3 for the EM models."""
+
+
+def resolve_defaults(args):
+    """Fill the options whose default depends on the model, so `run.json` records values.
+
+    A rerun that passes such a default explicitly (`--batch-size 100`) then
+    matches the run that left it out.
+    """
+    from keras_capsules import routing
+
+    resolved = {
+        "batch_size": BATCH_SIZES.get(args.model, 32),
+        "learning_rate": LEARNING_RATES.get(args.model, 3e-3),
+        "inverse_temperature": routing.INVERSE_TEMPERATURE,
+        "variance_epsilon": routing.VARIANCE_EPSILON,
+        "tempering": routing.TEMPERING,
+    }
+    for name, default in resolved.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    return args
 
 
 def add_parser(commands):
@@ -109,10 +133,16 @@ def add_parser(commands):
             help=f"EM models: {letter} of the paper",
         )
     train.add_argument(
-        "--inverse-temperature", type=float, default=None, help="EM models: final lambda"
+        "--inverse-temperature",
+        type=positive_float,
+        default=None,
+        help="EM models: final lambda (0.01)",
     )
     train.add_argument(
-        "--variance-epsilon", type=float, default=None, help="EM models: variance floor (1e-4)"
+        "--variance-epsilon",
+        type=positive_float,
+        default=None,
+        help="EM models: variance floor (1e-4)",
     )
     train.add_argument(
         "--tempering",
@@ -137,7 +167,7 @@ def add_parser(commands):
     )
     train.add_argument(
         "--learning-rate",
-        type=float,
+        type=positive_float,
         default=None,
         help="1e-3 (capsnet-mnist), 3e-3 (EM), 5e-4 (efficient-capsnet-mnist, decayed by 0.97 "
         "per epoch)",
@@ -166,11 +196,10 @@ def add_parser(commands):
 
 def _build_model(args, steps_per_epoch):
     import applications
-    from keras_capsules import routing
 
     if args.model == "efficient-capsnet-mnist":
         return applications.EfficientCapsNet(
-            learning_rate=args.learning_rate or 5e-4,
+            learning_rate=args.learning_rate,
             decay_steps=steps_per_epoch,  # 0.97 per epoch, as the paper's code
             decay_rate=0.97,
         )
@@ -179,7 +208,7 @@ def _build_model(args, steps_per_epoch):
             iterations=args.iterations,
             conv_filters=args.conv_filters,
             primary_capsule_types=args.primary_capsule_types,
-            learning_rate=args.learning_rate or 1e-3,
+            learning_rate=args.learning_rate,
         )
     mnist = args.model == "matrix-capsnet-mnist"
     return applications.MatrixCapsNetNORB(
@@ -191,12 +220,12 @@ def _build_model(args, steps_per_epoch):
         input_shape=(28, 28, 1) if mnist else (32, 32, 2),
         num_classes=10 if mnist else 5,
         rescale=1.0 / 255.0 if mnist else None,
-        inverse_temperature=args.inverse_temperature or routing.INVERSE_TEMPERATURE,
-        variance_epsilon=args.variance_epsilon or routing.VARIANCE_EPSILON,
-        tempering=routing.TEMPERING if args.tempering is None else args.tempering,
+        inverse_temperature=args.inverse_temperature,
+        variance_epsilon=args.variance_epsilon,
+        tempering=args.tempering,
         normalization=args.normalization,
         inverse_temperature_schedule=args.inverse_temperature_schedule,
-        learning_rate=args.learning_rate or 3e-3,
+        learning_rate=args.learning_rate,
     )
 
 
@@ -276,7 +305,8 @@ def run(args):
     """Run `keras-capsules train` with parsed arguments; return the exit status."""
     import keras
 
-    batch_size = args.batch_size or BATCH_SIZES.get(args.model, 32)
+    resolve_defaults(args)
+    batch_size = args.batch_size
     os.makedirs(args.output, exist_ok=True)
     check_writable(args.output)  # before training, not after it
     finished = _training.previous_run(args)
