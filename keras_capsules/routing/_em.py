@@ -119,6 +119,8 @@ def em_routing(
             f"votes.shape={tuple(votes.shape)}"
         )
     num_outputs = votes.shape[2]
+    beta_v = _check_beta("beta_v", beta_v, num_outputs)
+    beta_a = _check_beta("beta_a", beta_a, num_outputs)
     dtype = ops.dtype(votes)
     poses, acts, resp = em_route(
         ops.expand_dims(ops.transpose(votes, (0, 2, 1, 3)), 1),
@@ -143,3 +145,14 @@ def em_routing(
     else:
         resp = ops.transpose(resp[:, 0], (0, 2, 1))
     return poses, acts, resp
+
+
+def _check_beta(name, value, num_outputs):
+    """`value` as a tensor of shape `(num_outputs,)` or `()`; a `ValueError` naming it otherwise."""
+    value = ops.convert_to_tensor(value)
+    if tuple(value.shape) not in ((), (num_outputs,)):
+        raise ValueError(
+            f"`{name}` must have shape (num_outputs,) = ({num_outputs},), one per parent, or be "
+            f"a scalar. Received: {name}.shape={tuple(value.shape)}"
+        )
+    return value

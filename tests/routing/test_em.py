@@ -194,6 +194,16 @@ def test_bad_shapes_name_the_argument():
         em_routing(np.zeros((2, 3, 4, 16)), np.zeros((2, 4)), np.zeros(4), np.zeros(4))
     with pytest.raises(ValueError, match="iterations"):
         em_routing(np.zeros((2, 3, 4, 16)), np.zeros((2, 3)), np.zeros(4), np.zeros(4), 0)
+    votes = np.random.default_rng(0).normal(size=(2, 32, 5, 16)).astype("float32")
+    ones = np.ones((2, 32), "float32")
+    for name, beta_v, beta_a in (("beta_v", np.zeros(3), np.zeros(5)), ("beta_a", 0.0, np.ones(2))):
+        with pytest.raises(
+            ValueError, match=rf"`{name}` must have shape \(num_outputs,\) = \(5,\)"
+        ):
+            em_routing(votes, ones, beta_v, beta_a)
+    scalar, _ = em_routing(votes, ones, 0.5, 0.5)
+    vector, _ = em_routing(votes, ones, np.full(5, 0.5, "float32"), np.full(5, 0.5, "float32"))
+    np.testing.assert_allclose(scalar, vector, rtol=1e-6)
 
 
 def test_bad_pose_size_and_activation_range_name_the_argument():
