@@ -136,12 +136,16 @@ def _logger():
     return logging.getLogger("keras_capsules.serving")
 
 
-async def _one_line_bad_request(request, error):
-    """KServe's 400 handler, logging one line instead of a traceback."""
-    from starlette.responses import JSONResponse
+def _one_line(status):
+    """A KServe error handler answering `status`, logging one line instead of a traceback."""
 
-    _logger().warning("400 %s %s: %s", request.method, request.url.path, error)
-    return JSONResponse({"error": str(error)}, status_code=400)
+    async def handler(request, error):
+        from starlette.responses import JSONResponse
+
+        _logger().warning("%d %s %s: %s", status, request.method, request.url.path, error)
+        return JSONResponse({"error": str(error)}, status_code=status)
+
+    return handler
 
 
 def _timed_protocol(request_timeout):
@@ -233,6 +237,7 @@ def build_server(
 
     kserve, model_server, RESTServer = _import_kserve()
     from kserve.errors import InvalidInput
+    from kserve.errors import ModelNotFound
 
     from keras_capsules._validation import check_positive
     from keras_capsules._validation import check_positive_int
@@ -279,7 +284,8 @@ def build_server(
 
     def add_handlers(application):
         add_kserve_handlers(application)
-        application.add_exception_handler(InvalidInput, _one_line_bad_request)
+        application.add_exception_handler(InvalidInput, _one_line(400))
+        application.add_exception_handler(ModelNotFound, _one_line(404))
 
     rest._add_exception_handlers = add_handlers
     rest.predictor = predictor

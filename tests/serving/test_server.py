@@ -288,6 +288,21 @@ def test_a_bad_request_is_logged_in_one_line(served):
     assert "Traceback" not in added
 
 
+def test_requests_for_unknown_models_are_404s_logged_in_one_line_each(served):
+    client, _, _, _ = served
+    before = client.log_path.read_text()
+    for _ in range(20):
+        status, _ = client.request("GET", "/v1/models/no-such-model")
+        assert status == 404
+    deadline = time.time() + 10
+    while client.log_path.read_text().count("404 GET") - before.count("404 GET") < 20:
+        assert time.time() < deadline, client.log_path.read_text()[len(before) :]
+        time.sleep(0.05)
+    added = client.log_path.read_text()[len(before) :]
+    assert len(re.findall(r"404 GET /v1/models/no-such-model: ", added)) == 20, added
+    assert "Traceback" not in added and len(added) < 20 * 300, added
+
+
 def test_unexpected_errors_are_a_500_that_closes_the_connection_cleanly():
     import asyncio
 
