@@ -151,6 +151,14 @@ def export_litert(model, path, input_shape=None, output_kind="probabilities", ve
             unconverted = sorted(set(re.findall(r"'tf\.(\w+)' op is neither", str(error))))
             if not unconverted:
                 raise
+            low = _low_precision_layer(model)
+            if low is not None:
+                raise ValueError(
+                    f"LiteRT's builtin operations do not take {low.compute_dtype}, in which "
+                    f"the model computes (layer {low.name!r}, policy {low.dtype_policy.name}): "
+                    "export a float32 copy, e.g. type(model).from_config({**model.get_config(), "
+                    "'dtype': 'float32'}) with model.get_weights() set."
+                ) from error
             raise ValueError(
                 "LiteRT's builtin operations cannot express these TensorFlow operations "
                 f"of the model: {', '.join(unconverted)}."
@@ -161,6 +169,14 @@ def export_litert(model, path, input_shape=None, output_kind="probabilities", ve
     if verbose:
         print(f"LiteRT model written to {path}")
     return path
+
+
+def _low_precision_layer(model):
+    """The first layer of `model` computing in float16 or bfloat16, or `None`."""
+    for layer in model._flatten_layers(include_self=True):
+        if keras.backend.standardize_dtype(layer.compute_dtype) in ("float16", "bfloat16"):
+            return layer
+    return None
 
 
 def _check_arguments(path, format, output_kind):

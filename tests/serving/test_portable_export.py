@@ -183,6 +183,17 @@ def test_unconvertible_operations_are_named(format_name, tmp_path):
 
 
 @requires_tensorflow
+def test_litert_names_a_mixed_precision_policy_and_the_way_out(tmp_path):
+    needs("litert", runtime=False)
+    model = applications.CapsNetMNIST(
+        conv_filters=8, primary_capsule_types=2, decoder_units=None, dtype="mixed_bfloat16"
+    )
+    with pytest.raises(ValueError, match=r"do not take bfloat16.*mixed_bfloat16.*float32 copy"):
+        export_litert(model, str(tmp_path / "m.tflite"), verbose=False)
+    assert not list(tmp_path.iterdir())
+
+
+@requires_tensorflow
 def test_onnx_computes_expm1_to_float32_precision(tmp_path):
     """tf2onnx has no Expm1: the export spells it in ONNX without exp(x) - 1's cancellation."""
     needs("onnx")
