@@ -494,3 +494,31 @@ def test_a_kill_during_the_last_save_keeps_the_last_epoch(tmp_path, capsys, kill
     for expected, weight in zip(last, restored.weights):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(weight), expected)
     assert not os.path.exists(os.path.join(output, "backup"))
+
+
+def test_a_second_run_in_the_same_folder_is_refused_naming_the_holder(tmp_path):
+    output = str(tmp_path / "run")
+    os.makedirs(output)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from keras_capsules.cli import _training\n"
+            "with _training.locked(sys.argv[1]):\n"
+            "    print('held', flush=True)\n"
+            "    time.sleep(60)\n",
+            output,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SystemExit, match=rf"in use by another run \(process {holder.pid} on"):
+            train_tiny(output)
+        assert not os.path.exists(os.path.join(output, "run.json"))  # nothing touched
+    finally:
+        holder.kill()
+        holder.wait()
+    assert train_tiny(output) == 0  # a killed holder leaves no stale lock

@@ -5,9 +5,11 @@ repairs or sets aside a damaged backup before Keras reads it; `previous_run`
 compares the options with those `run.json` recorded.
 """
 
+import contextlib
 import json
 import os
 import shutil
+import socket
 import time
 
 from keras_capsules._atomic import replacing
@@ -16,6 +18,47 @@ from keras_capsules._atomic import replacing
 # sessions of one run.
 SESSION_OPTIONS = ("command", "epochs", "output", "verbose", "data_dir", "test_size", "fresh")
 RUN_FILES = ("backup", "model.keras", "metrics.json", "history.csv", "run.json")
+
+
+LOCK_FILE = ".lock"
+
+
+@contextlib.contextmanager
+def locked(output):
+    """Hold `output`'s lock for a run; refuse, naming the holder, if another run holds it.
+
+    The lock is an advisory `flock` on `OUTPUT/.lock`, which the system
+    releases when the holder exits, however it ends, so a killed run leaves no
+    stale lock. The file records the holder (process, host, start time) for
+    the message. Where `fcntl` does not exist (Windows), runs are not locked.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    path = os.path.join(output, LOCK_FILE)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise SystemExit(
+                f"keras-capsules train: {output} is in use by another run ({holder}); wait for "
+                "it to end, stop it, or choose another --output"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(
+            f"process {os.getpid()} on {socket.gethostname()}, "
+            f"started {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+        )
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def finite_loss_counter():

@@ -303,12 +303,17 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
 
 def run(args):
     """Run `keras-capsules train` with parsed arguments; return the exit status."""
-    import keras
-
     resolve_defaults(args)
-    batch_size = args.batch_size
     os.makedirs(args.output, exist_ok=True)
     check_writable(args.output)  # before training, not after it
+    with _training.locked(args.output):  # one run at a time in a folder
+        return _run(args)
+
+
+def _run(args):
+    import keras
+
+    batch_size = args.batch_size
     finished = _training.previous_run(args)
     if finished and args.epochs <= finished:
         print(
