@@ -8,6 +8,7 @@ The search is `keras_capsules.tuning`'s (`create_tuner`, the hypermodels); a
 chief runs the oracle for remote workers, which run the trials.
 """
 
+import json
 import os
 import time
 
@@ -98,6 +99,81 @@ def add_parser(commands):
     )
     tune.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     return tune
+
+
+SEARCH_FILE = "search.json"
+# Options that do not change what the search's trials train: they may differ between
+# the sessions of one search (more --max-trials continues it).
+SESSION_OPTIONS = (
+    "command",
+    "max_trials",
+    "output",
+    "verbose",
+    "top",
+    "retrain_epochs",
+    "export",
+    "chief",
+    "worker",
+    "oracle",
+    "max_retries",
+    "lease_seconds",
+    "heartbeat_seconds",
+    "data_dir",
+    "test_size",
+    "overwrite",
+)
+
+
+def _search_options(args):
+    """The options that define the search, with defaults filled in, as `search.json` holds them."""
+    options = {k: v for k, v in sorted(vars(args).items()) if k not in SESSION_OPTIONS}
+    options["fixed"] = sorted(args.fixed)
+    if options["batch_size"] is None:
+        options["batch_size"] = 100 if args.model == "capsnet-mnist" else 32
+    return json.loads(json.dumps(options))
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as error:
+        _fail(
+            f"{path} is unreadable ({error}), so the search in {os.path.dirname(path)} cannot "
+            "resume from it. Restore it from a copy, or pass --overwrite to start the search "
+            "afresh (its trials are deleted)."
+        )
+
+
+def _check_search(args, project_dir):
+    """Refuse to resume a search made with other options; record this search's options."""
+    path = os.path.join(args.output, SEARCH_FILE)
+    options = _search_options(args)
+    if not args.overwrite and os.path.exists(os.path.join(project_dir, "oracle.json")):
+        _read_json(os.path.join(project_dir, "oracle.json"))
+        if not os.path.exists(path):
+            _fail(
+                f"{args.output} holds a search but no {SEARCH_FILE} recording its options, so "
+                "they cannot be checked. Pass --overwrite to start the search afresh."
+            )
+        recorded = _read_json(path)
+        recorded = recorded.get("options") if isinstance(recorded, dict) else None
+        if recorded != options:
+            recorded = recorded if isinstance(recorded, dict) else {}
+            differing = sorted(
+                k for k in set(options) | set(recorded) if options.get(k) != recorded.get(k)
+            )
+            changes = ", ".join(
+                f"--{k.replace('_', '-')} {recorded.get(k)!r} -> {options.get(k)!r}"
+                for k in differing
+            )
+            _fail(
+                f"{args.output} holds a search made with other options ({changes}). Rerun "
+                "with the recorded options to resume it, choose another --output, or pass "
+                "--overwrite to start a new search there (its trials are deleted)."
+            )
+    os.makedirs(args.output, exist_ok=True)
+    write_json(path, {"options": options})
 
 
 def _fail(message):
@@ -207,6 +283,8 @@ def _run(args, role):
     project_dir = os.path.join(args.output, "search")
     overwrite = args.overwrite and role != "worker"  # only the chief or a lone tuner starts anew
     resuming = os.path.exists(os.path.join(project_dir, "oracle.json"))
+    if role != "worker":
+        _check_search(args, project_dir)
     if role != "worker" and not overwrite and resuming:
         print(f"Resuming the search in {project_dir}", flush=True)
     try:

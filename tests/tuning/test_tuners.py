@@ -316,3 +316,31 @@ def test_tune_command_rejects_bad_arguments(args, message, tmp_path, monkeypatch
         cli.main(["tune", "capsnet-mnist", "--output", str(tmp_path), *args])
     # The command's own message, or argparse's usage error naming the argument.
     assert re.search(message, f"{exit_info.value.code} {capsys.readouterr().err}")
+
+
+def test_tune_command_refuses_to_mix_searches_and_names_a_torn_state(tmp_path, monkeypatch):
+    for name in ("KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT", "KERASTUNER_TUNER_ID"):
+        monkeypatch.delenv(name, raising=False)
+    output = str(tmp_path / "tune")
+    search = ["tune", "capsnet-mnist", "--tuner", "random", "--max-epochs", "1", "--seed", "0"]
+    search += ["--output", output, "--train-size", "200", "--test-size", "100", "--verbose", "0"]
+    search += ["--validation-split", "0.25", "--batch-size", "50"]
+    search += ["--fixed", "conv_filters=8", "--fixed", "primary_capsules=2"]
+    assert cli.main([*search, "--max-trials", "1"]) == 0
+    # Other options: refused by name before anything is read or trained.
+    for change, message in (
+        (["--train-size", "300"], r"--train-size 200 -> 300"),
+        (["--tuner", "hyperband"], r"--tuner 'random' -> 'hyperband'"),
+        (["--fixed", "capsule_dim=8"], r"--fixed \[.*\] -> \[.*'capsule_dim=8'"),
+    ):
+        with pytest.raises(SystemExit, match=rf"other options \({message}.*--overwrite"):
+            cli.main([*search, "--max-trials", "2", *change])
+    # A torn state file: named, with the ways out.
+    oracle = os.path.join(output, "search", "oracle.json")
+    with open(oracle, "r+") as f:
+        f.truncate(100)
+    with pytest.raises(SystemExit, match=r"oracle.json is unreadable .*Restore it.*--overwrite"):
+        cli.main([*search, "--max-trials", "2"])
+    assert cli.main([*search, "--max-trials", "1", "--overwrite", "--train-size", "300"]) == 0
+    with open(os.path.join(output, "search.json")) as f:
+        assert json.load(f)["options"]["train_size"] == 300
