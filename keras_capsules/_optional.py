@@ -1,6 +1,7 @@
 """Optional dependencies: import one, or fail with the extra that installs it."""
 
 import importlib
+import sys
 
 # What each optional module is installed with: `pip install "keras-capsules[EXTRA]"`.
 _EXTRAS = {
@@ -17,7 +18,15 @@ _EXTRAS = {
 
 
 def require(module, feature):
-    """Import and return `module`, or raise an `ImportError` naming `feature` and its extra."""
+    """Import and return `module`, or raise an `ImportError` naming `feature` and its extra.
+
+    A module already imported is returned from `sys.modules` without calling
+    the import machinery: the `tf.data` pipelines call `require` inside the
+    functions they trace, where AutoGraph would try, and fail, to convert
+    `importlib`'s frozen code, with a warning on every run.
+    """
+    if module in sys.modules and sys.modules[module] is not None:
+        return sys.modules[module]
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as error:

@@ -35,6 +35,7 @@ TINY = [
 
 def run_cli(args, **kwargs):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the command's own default
     return subprocess.Popen(
         [sys.executable, "-m", "keras_capsules.cli", *args],
         stdout=subprocess.PIPE,
@@ -89,6 +90,8 @@ def test_killed_run_resumes_without_losing_finished_epochs(tmp_path, capsys):
     metrics = json.load(open(os.path.join(output, "metrics.json")))
     assert 0 <= metrics["test_accuracy"] <= 1 and metrics["test_images"] == 200
     assert "Test accuracy:" in log
+    # Neither TensorFlow's info logs nor AutoGraph's warning about the pipeline's import.
+    assert "cpu_feature_guard" not in log and "could not transform" not in log, log
 
     # In this process: the two runs above start the command's own process.
     assert cli.main(["evaluate", os.path.join(output, "model.keras"), "--test-size", "100"]) == 0

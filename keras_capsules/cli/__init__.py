@@ -24,9 +24,11 @@ __all__ = ["main"]
 def main(argv=None):
     """Run the `keras-capsules` command with the arguments `argv`.
 
-    Before the subcommand runs, the command selects TensorFlow's pooling CPU
-    allocator (`keras_capsules.use_pooled_cpu_allocator`) unless the
-    environment variable `TF_CPU_ALLOCATOR_USE_BFC` is already set
+    TensorFlow's C++ info logs are left out (`TF_CPP_MIN_LOG_LEVEL=1`) unless
+    the environment sets `TF_CPP_MIN_LOG_LEVEL`. Before the subcommand runs,
+    the command selects TensorFlow's pooling CPU allocator
+    (`keras_capsules.use_pooled_cpu_allocator`) unless the environment
+    variable `TF_CPU_ALLOCATOR_USE_BFC` is already set
     (`TF_CPU_ALLOCATOR_USE_BFC=false` keeps TensorFlow's default) or
     TensorFlow was imported before `main` was called.
 
@@ -51,6 +53,9 @@ def main(argv=None):
     from keras_capsules.cli._parser import build_parser
 
     args = build_parser().parse_args(argv)
+    # TensorFlow's C++ info logs (the CPU features it was not built for, ...) stay out
+    # of the command's output unless the user sets TF_CPP_MIN_LOG_LEVEL.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     _choose_allocator()  # before the subcommand imports TensorFlow
     return COMMANDS[args.command].run(args)
 
