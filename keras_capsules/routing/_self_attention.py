@@ -92,7 +92,9 @@ def attend(votes, bias=None):
     totals = ops.sum(scaled, axis=2)  # (batch, outputs, dim)
     logits = contract_pose(scaled, totals / float(votes.shape[-1]) ** 0.5)  # true logits / c^2
     scale = scale[..., 0]
-    logits = logits - ops.stop_gradient(ops.max(logits, axis=1, keepdims=True))
+    # `initial` lets an empty batch through, as in the other routings.
+    top = ops.max(logits, axis=1, keepdims=True, initial=float("-inf"))
+    logits = logits - ops.stop_gradient(top)
     # Beyond 2^40 the factor is capped: any gap between scaled logits that
     # float32 resolves is then multiplied by at least 2^80 with or without the
     # cap, so the softmax is one-hot either way and its gradient zero but for

@@ -65,3 +65,16 @@ def test_bad_shapes_are_named():
         self_attention_routing(np.zeros((2, 3, 4), "float32"))
     with pytest.raises(ValueError, match="bias"):
         self_attention_routing(np.zeros((2, 3, 4, 5), "float32"), bias=np.zeros((4, 3)))
+
+
+def test_empty_batch():
+    poses, c = self_attention_routing(np.zeros((0, 5, 3, 4), "float32"), return_coupling=True)
+    assert tuple(poses.shape) == (0, 3, 4) and tuple(c.shape) == (0, 5, 3)
+
+
+def test_empty_batch_through_the_layer():
+    from keras_capsules.layers import SelfAttentionCapsule
+
+    layer = SelfAttentionCapsule(3, 4)
+    layer.build((None, 5, 8))
+    assert tuple(layer(np.zeros((0, 5, 8), "float32")).shape) == (0, 3, 4)
