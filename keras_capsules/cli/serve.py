@@ -36,6 +36,12 @@ def add_parser(commands):
     serve.add_argument(
         "--max-connections", type=positive_int, default=4096, help="beyond this, requests get a 503"
     )
+    serve.add_argument(
+        "--no-range-check",
+        dest="check_range",
+        action="store_false",
+        help="answer pixels outside the model's input range instead of refusing them (400)",
+    )
     return serve
 
 
@@ -53,6 +59,7 @@ def run(args):
             max_request_bytes=args.max_request_bytes,
             request_timeout=args.request_timeout,
             max_connections=args.max_connections,
+            check_range=args.check_range,
         )
     except (FileNotFoundError, ValueError, ImportError) as error:
         raise SystemExit(f"keras-capsules serve: {error}") from None

@@ -106,6 +106,19 @@ def _heads(tf, outputs):
 OUTPUT_KINDS = ("probabilities", "logits")
 
 
+def _pixel_range(model):
+    """`(low, high)` of the pixel values `model` expects, or `None` when it does not say.
+
+    The applications declare it with `rescale`: `1 / 255` for [0, 255], `None`
+    for images already in [0, 1].
+    """
+    if not hasattr(model, "rescale"):
+        return None
+    if model.rescale is None:
+        return (0.0, 1.0)
+    return (0.0, 1.0 / float(model.rescale))
+
+
 def _check_probabilities(tf, model, image_shape):
     """Refuse a model whose class scores leave [0, 1] on probe images.
 
@@ -245,6 +258,11 @@ def export_saved_model(
     archive.add_variable_collection(
         "image_shape", [tf.Variable(image_shape, dtype=tf.int64, trainable=False)]
     )
+    pixel_range = _pixel_range(model)
+    if pixel_range is not None:  # the server refuses pixels outside it
+        archive.add_variable_collection(
+            "pixel_range", [tf.Variable(pixel_range, dtype=tf.float32, trainable=False)]
+        )
     archive.add_endpoint(
         SERVING_SIGNATURE, tf.function(predict, input_signature=[image_spec], autograph=False)
     )

@@ -20,6 +20,10 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _DT_NAMES = {tf.float32: "DT_FLOAT", tf.int64: "DT_INT64", tf.int32: "DT_INT32"}
 
 
+RANGE_TOLERANCE = 0.01
+"""Pixels may leave the model's declared range by this fraction of it (rounding, resizing)."""
+
+
 class SavedModelPredictor(kserve.Model):
     """Serve a SavedModel written by `export_saved_model` with KServe.
 
@@ -30,7 +34,9 @@ class SavedModelPredictor(kserve.Model):
     nested list `(height, width, channels)` (or `(height, width)` for one
     channel) of pixel values, or `{"b64": "<base64 PNG>"}`. Every request is
     checked before it reaches the model: malformed structure, wrong shapes or
-    dtypes, NaN or infinite pixels and batches over `max_batch_size` raise
+    dtypes, NaN or infinite pixels, pixels outside the range the model
+    declares (by more than 1% of it; `check_range=False` accepts any finite
+    value) and batches over `max_batch_size` raise
     `kserve.errors.InvalidInput`, which the server turns into a 400 answer
     with a message, and the server goes on serving.
 
@@ -39,6 +45,10 @@ class SavedModelPredictor(kserve.Model):
         model_dir: a SavedModel, or a versioned base directory (the highest
             version is served).
         max_batch_size: the most images one request may carry.
+        check_range: refuse pixels outside the range the SavedModel records
+            (`[0, 255]` for the applications' default `rescale`; a PNG's 8-bit
+            pixels are mapped onto it); models exported without one are not
+            checked.
 
     Example:
 
@@ -46,7 +56,7 @@ class SavedModelPredictor(kserve.Model):
     >>> predictor.load()  # doctest: +SKIP
     """
 
-    def __init__(self, name, model_dir, max_batch_size=256):
+    def __init__(self, name, model_dir, max_batch_size=256, check_range=True):
         super().__init__(name)
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(
@@ -56,6 +66,8 @@ class SavedModelPredictor(kserve.Model):
         self.max_batch_size = max_batch_size
         self.version = None
         self.image_shape = None
+        self.pixel_range = None
+        self.check_range = bool(check_range)
         self._signatures = {}
 
     def load(self):
@@ -71,6 +83,9 @@ class SavedModelPredictor(kserve.Model):
                 "with `keras-capsules export` or `keras_capsules.serving.export_saved_model`."
             )
         self.image_shape = tuple(int(d) for d in shape_variables[0].numpy())
+        range_variables = getattr(loaded, "pixel_range", None)
+        if range_variables:
+            self.pixel_range = tuple(float(v) for v in range_variables[0].numpy())
         self._loaded = loaded  # keeps the signatures' variables alive
         self._signatures = dict(loaded.signatures)
         self.ready = True
@@ -108,7 +123,22 @@ class SavedModelPredictor(kserve.Model):
             image = np.full(expected, np.inf, np.float32)
         if not np.all(np.isfinite(image)):
             raise InvalidInput(f"{where}: the image contains NaN or infinite pixels")
+        self._check_range(image, where)
         return image
+
+    def _check_range(self, image, where):
+        """Refuse pixels beyond the model's declared range by more than 1% of it."""
+        if self.pixel_range is None or not self.check_range:
+            return
+        low, high = self.pixel_range
+        tolerance = RANGE_TOLERANCE * (high - low)
+        smallest, largest = float(image.min()), float(image.max())
+        if smallest < low - tolerance or largest > high + tolerance:
+            raise InvalidInput(
+                f"{where}: pixel values must lie in [{low:g}, {high:g}], the model's input "
+                f"range; received values from {smallest:.6g} to {largest:.6g} (the server "
+                "was started with the range check on: --no-range-check turns it off)"
+            )
 
     def _decode_png(self, data, where):
         """A PNG as a float32 image of `image_shape`, or InvalidInput.
@@ -147,6 +177,9 @@ class SavedModelPredictor(kserve.Model):
                 raise InvalidInput(
                     f"{where}: expected {channels} channel(s), the PNG has {image.shape[2]}"
                 )
+        if self.pixel_range is not None:  # 8-bit pixels, to the model's range
+            low, high = self.pixel_range
+            image = low + image * ((high - low) / 255.0)
         return image.astype(np.float32)
 
     def _signature(self, payload):

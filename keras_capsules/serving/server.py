@@ -226,6 +226,7 @@ def build_server(
     max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
     request_timeout=DEFAULT_REQUEST_TIMEOUT,
     max_connections=DEFAULT_MAX_CONNECTIONS,
+    check_range=True,
 ):
     """Load an exported model into KServe's REST server, ready to `run()`.
 
@@ -249,7 +250,9 @@ def build_server(
     check_positive("request_timeout", request_timeout)
     check_positive_int("max_connections", max_connections)
     name = model_name or os.path.basename(os.path.normpath(model_dir))
-    predictor = SavedModelPredictor(name, model_dir, max_batch_size=max_batch_size)
+    predictor = SavedModelPredictor(
+        name, model_dir, max_batch_size=max_batch_size, check_range=check_range
+    )
     predictor.load()
 
     server = kserve.ModelServer(http_port=port, enable_grpc=False, workers=1)
@@ -301,6 +304,7 @@ def serve(
     max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
     request_timeout=DEFAULT_REQUEST_TIMEOUT,
     max_connections=DEFAULT_MAX_CONNECTIONS,
+    check_range=True,
 ):
     """Serve an exported model over HTTP with TF Serving's REST API, until stopped.
 
@@ -329,6 +333,8 @@ def serve(
             connections are closed after 5 s.
         max_connections: open connections beyond which requests get a 503
             (4096).
+        check_range: answer pixels outside the model's declared input range
+            (by more than 1% of it) with a 400 naming the range (`True`).
 
     Example:
 
@@ -344,6 +350,7 @@ def serve(
         max_request_bytes,
         request_timeout,
         max_connections,
+        check_range,
     )
     print(
         f"Serving {rest.predictor.name!r} (version {rest.predictor.version}) at "

@@ -101,3 +101,66 @@ def test_an_efficient_capsnet_is_served_as_capsnet_mnist_is(efficient_capsnet_ex
     request["instances"][0]["capsules"] = 10
     with pytest.raises(InvalidInput, match=r"class indices in \[0, 10\)"):
         asyncio.run(served.predict(request))
+
+
+@pytest.fixture(scope="module")
+def capsnet_export(tmp_path_factory):
+    """Two small CapsNetMNIST exports: pixels in [0, 255] (the default) and in [0, 1]."""
+    import applications
+    from keras_capsules.serving import export_saved_model
+
+    root = tmp_path_factory.mktemp("ranges")
+    small = dict(conv_filters=8, primary_capsule_types=2, decoder_units=None, compile=False)
+    paths = {}
+    for name, rescale in (("pixels", 1 / 255), ("unit", None)):
+        model = applications.CapsNetMNIST(**small, rescale=rescale)
+        paths[name] = (model, export_saved_model(model, str(root / name), verbose=False))
+    return paths
+
+
+def _predictor(path, **kwargs):
+    from keras_capsules.serving.saved_model_predictor import SavedModelPredictor
+
+    predictor = SavedModelPredictor("capsnet", path, **kwargs)
+    predictor.load()
+    return predictor
+
+
+@pytest.mark.parametrize("value", [1e30, 1e6, -1e6, 258.0, -3.0])
+def test_pixels_outside_the_models_range_are_a_bad_request(capsnet_export, value):
+    from kserve.errors import InvalidInput
+
+    predictor = _predictor(capsnet_export["pixels"][1])
+    assert predictor.pixel_range == (0.0, 255.0)
+    images = np.zeros((1, 28, 28, 1))
+    images[0, 5, 5, 0] = value
+    with pytest.raises(InvalidInput, match=r"must lie in \[0, 255\].*--no-range-check"):
+        predict(predictor, images)
+
+
+def test_within_the_tolerance_or_with_the_check_off_pixels_are_answered(capsnet_export):
+    model, path = capsnet_export["pixels"]
+    images = np.full((1, 28, 28, 1), 257.0)  # 1% of the range above it
+    answer = predict(_predictor(path), images)
+    expected = model.predict(images, verbose=0)
+    np.testing.assert_allclose(answer["predictions"][0]["probabilities"], expected[0], atol=1e-5)
+    answer = predict(_predictor(path, check_range=False), np.full((1, 28, 28, 1), 1e6))
+    assert len(answer["predictions"]) == 1
+
+
+def test_a_unit_range_model_takes_pngs_scaled_to_its_range(capsnet_export):
+    import base64
+
+    import tensorflow as tf
+    from kserve.errors import InvalidInput
+
+    model, path = capsnet_export["unit"]
+    predictor = _predictor(path)
+    assert predictor.pixel_range == (0.0, 1.0)
+    with pytest.raises(InvalidInput, match=r"must lie in \[0, 1\]"):
+        predict(predictor, np.full((1, 28, 28, 1), 255.0))
+    pixels = np.random.default_rng(0).integers(0, 256, (28, 28, 1)).astype("uint8")
+    png = base64.b64encode(tf.io.encode_png(pixels).numpy()).decode()
+    answer = asyncio.run(predictor.predict({"instances": [{"b64": png}]}))
+    expected = model.predict(pixels[None].astype("float32") / 255.0, verbose=0)
+    np.testing.assert_allclose(answer["predictions"][0]["probabilities"], expected[0], atol=1e-5)
