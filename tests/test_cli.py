@@ -525,3 +525,33 @@ def test_a_second_run_in_the_same_folder_is_refused_naming_the_holder(tmp_path):
         holder.kill()
         holder.wait()
     assert train_tiny(output) == 0  # a killed holder leaves no stale lock
+
+
+@pytest.mark.parametrize("where", ["fit", "metrics"])
+def test_a_full_disk_is_one_line_and_the_run_resumes(tmp_path, monkeypatch, where):
+    import errno
+
+    from keras_capsules.cli import train
+
+    output = str(tmp_path / "run")
+    full = OSError(errno.ENOSPC, "No space left on device", os.path.join(output, "x"))
+
+    def no_space(*args, **kwargs):
+        raise full
+
+    if where == "metrics":
+        real = train.write_json
+
+        def write_json(path, value):
+            if path.endswith("metrics.json"):
+                raise full
+            return real(path, value)
+
+        monkeypatch.setattr(train, "write_json", write_json)
+    else:
+        monkeypatch.setattr(_training, "fit_callbacks", no_space)
+    with pytest.raises(SystemExit, match=r"cannot write .*No space left on device.*resume"):
+        train_tiny(output)
+    monkeypatch.undo()
+    assert train_tiny(output) == 0
+    assert json.load(open(os.path.join(output, "metrics.json")))["epochs"] == 1

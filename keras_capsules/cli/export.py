@@ -65,6 +65,7 @@ def run(args):
                 f"keras-capsules export: a {args.format} export is one file whose name ends "
                 f"in {SUFFIXES[args.format]}; got {args.output_dir}"
             )
+    _check_output(args)  # before the model is loaded and converted (seconds)
     model = load_model(args.model_path)
     try:
         if args.format == "saved_model":
@@ -76,4 +77,38 @@ def run(args):
             export(model, args.output_dir, output_kind=args.output_kind)
     except (FileExistsError, ImportError, RuntimeError, ValueError) as error:
         raise SystemExit(f"keras-capsules export: {error}") from None
+    except OSError as error:  # a full disk, a folder removed meanwhile
+        raise SystemExit(
+            f"keras-capsules export: cannot write {args.output_dir}: {error.strerror or error}"
+        ) from None
     return 0
+
+
+def _check_output(args):
+    """End the command, naming the path, unless the export can be written where asked."""
+    import os
+
+    from keras_capsules._atomic import check_writable
+
+    output = args.output_dir
+    if args.format == "saved_model":
+        folder = output if os.path.isdir(output) else os.path.dirname(os.path.abspath(output))
+        if os.path.exists(output) and not os.path.isdir(output):
+            raise SystemExit(f"keras-capsules export: {output} is a file, not a folder")
+        if not os.path.isdir(folder):
+            ancestor = folder
+            while not os.path.isdir(ancestor):  # the folders are created: check the first
+                ancestor = os.path.dirname(ancestor)
+            folder = ancestor
+    else:
+        if os.path.isdir(output):
+            raise SystemExit(
+                f"keras-capsules export: {output} is a folder; a {args.format} export is one file"
+            )
+        folder = os.path.dirname(os.path.abspath(output))
+        if not os.path.isdir(folder):
+            raise SystemExit(f"keras-capsules export: the folder of {output} does not exist")
+    try:
+        check_writable(folder)
+    except SystemExit as error:
+        raise SystemExit(f"keras-capsules export: {output}: {error}") from None

@@ -307,7 +307,15 @@ def run(args):
     os.makedirs(args.output, exist_ok=True)
     check_writable(args.output)  # before training, not after it
     with _training.locked(args.output):  # one run at a time in a folder
-        return _run(args)
+        try:
+            return _run(args)
+        except OSError as error:  # a full disk, a folder gone: one line, the backup kept
+            where = error.filename or args.output
+            raise SystemExit(
+                f"keras-capsules train: cannot write {where}: {error.strerror or error}. "
+                "The epochs finished so far are kept: free the space and run the same "
+                "command again to resume."
+            ) from None
 
 
 def _run(args):

@@ -5,6 +5,8 @@ application is one line there.
 """
 
 import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -349,3 +351,19 @@ def test_export_command_refuses_what_a_file_format_cannot_take(tmp_path, capsys)
     with pytest.raises(SystemExit) as error:
         cli.main(["export", model_path, "m.tflite", "--format", "tflite"])
     assert error.value.code == 2 and "invalid choice: 'tflite'" in capsys.readouterr().err
+    # Where the file cannot go: one line naming the path, before the model is read.
+    missing = str(tmp_path / "nodir" / "x.onnx")
+    with pytest.raises(SystemExit, match=rf"the folder of {re.escape(missing)} does not exist"):
+        cli.main(["export", model_path, missing, "--format", "onnx"])
+    (tmp_path / "x.onnx").mkdir()
+    with pytest.raises(SystemExit, match=r"x\.onnx is a folder; a onnx export is one file"):
+        cli.main(["export", model_path, str(tmp_path / "x.onnx"), "--format", "onnx"])
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SystemExit, match=r"afile is a file, not a folder"):
+        cli.main(["export", model_path, str(tmp_path / "afile")])
+    if os.geteuid() != 0:  # root writes anywhere
+        (tmp_path / "readonly").mkdir(mode=0o555)
+        with pytest.raises(SystemExit, match=r"readonly.*cannot write"):
+            cli.main(
+                ["export", model_path, str(tmp_path / "readonly" / "m.onnx"), "--format", "onnx"]
+            )
