@@ -17,6 +17,15 @@ SLIDER_RANGE = 0.25
 
 SLIDER_STEP = 0.01
 
+CANVAS_SIZE = 280
+"""The drawing canvas, in pixels: ten times MNIST's 28."""
+
+MAX_DRAWING_SIZE = 4 * CANVAS_SIZE
+"""Drawings wider or taller than this are refused from their header, before decoding."""
+
+MAX_UPLOAD_SIZE = "2mb"
+"""Gradio's limit on an uploaded file; a drawing of the canvas is some kilobytes."""
+
 _MNIST_BOX = 20
 """MNIST digits are scaled to fit a 20x20 box, then centred by their centre of mass."""
 
@@ -88,6 +97,40 @@ def prepare_drawing(drawing, image_shape=(28, 28, 1)):
     left = int(np.clip(round((width - 1) / 2 - cx), 0, width - new_w))
     canvas[top : top + new_h, left : left + new_w] = ink
     return np.round(canvas * 255).astype("uint8")[..., None]
+
+
+def _bounded_sketchpad(gr):
+    """`gr.Sketchpad` refusing images larger than `MAX_DRAWING_SIZE`, read from the header.
+
+    Gradio decodes every image of the editor's value (background, layers,
+    composite) with PIL before the page's function sees it; PIL's `open`
+    reads the header only, so the size is checked before the pixels cost
+    anything.
+    """
+    import io
+
+    import PIL.Image
+
+    class BoundedSketchpad(gr.Sketchpad):
+        def convert_and_format_image(self, file, flatten_on_white=False):
+            if file is not None:
+                source = file if isinstance(file, (bytes, bytearray)) else file.path
+                try:
+                    with PIL.Image.open(
+                        io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
+                    ) as image:
+                        width, height = image.size
+                except (OSError, ValueError, PIL.Image.DecompressionBombError):
+                    raise gr.Error("The drawing is not an image.") from None
+                if max(width, height) > MAX_DRAWING_SIZE:
+                    raise gr.Error(
+                        f"The drawing is {width}x{height} pixels; the canvas is "
+                        f"{CANVAS_SIZE}x{CANVAS_SIZE}, and images above "
+                        f"{MAX_DRAWING_SIZE}x{MAX_DRAWING_SIZE} are refused."
+                    )
+            return super().convert_and_format_image(file, flatten_on_white)
+
+    return BoundedSketchpad
 
 
 class _Session:
@@ -183,7 +226,9 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
             return None
         return _display(session.decode(np.asarray(poses), int(capsule), deltas))
 
-    with gr.Blocks(title=title, analytics_enabled=False) as app:
+    # Uploads older than 10 minutes are deleted every 10 minutes, and all of them
+    # when the server stops.
+    with gr.Blocks(title=title, analytics_enabled=False, delete_cache=(600, 600)) as app:
         gr.Markdown(
             f"# {title}\n"
             "Pick a test digit or draw one. The bars are the class capsules' lengths; "
@@ -199,9 +244,9 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
                         0, len(images) - 1, value=0, step=1, label=caption, elem_id="index"
                     )
                     label_box = gr.Markdown(elem_id="label")
-                sketch = gr.Sketchpad(
+                sketch = _bounded_sketchpad(gr)(
                     label="…or draw a digit",
-                    canvas_size=(280, 280),
+                    canvas_size=(CANVAS_SIZE, CANVAS_SIZE),
                     elem_id="sketch",
                     type="numpy",
                 )
@@ -264,6 +309,9 @@ def launch_explorer(
 ):
     """Serve `build_explorer(model, images, labels)` on `host:port` (loopback by default).
 
+    Uploads above `MAX_UPLOAD_SIZE` (2 MiB) are refused by Gradio, and drawings
+    larger than `MAX_DRAWING_SIZE` pixels on a side from their header.
+
     Args:
         model: a capsule network with a decoder.
         images, labels: test images to pick from and their classes.
@@ -285,5 +333,6 @@ def launch_explorer(
         show_error=True,
         quiet=False,
         footer_links=[],
+        max_file_size=MAX_UPLOAD_SIZE,
     )
     return app

@@ -107,6 +107,41 @@ def test_build_explorer_checks_its_arguments(mnist_data):
     build_explorer(model, x_test[:3].astype("float32"), np.eye(10)[y_test[:3]])
 
 
+def test_a_huge_drawing_is_refused_from_its_header(tmp_path):
+    gr = pytest.importorskip("gradio")
+    import PIL.Image
+    from gradio.data_classes import FileData
+
+    from keras_capsules.visualization import explorer
+
+    sketchpad = explorer._bounded_sketchpad(gr)(type="numpy")
+    huge = tmp_path / "huge.png"
+    PIL.Image.new("RGBA", (9000, 9000)).save(huge)  # a few hundred kB, 324 MB decoded
+    start = time.perf_counter()
+    with pytest.raises(gr.Error, match="9000x9000 pixels.*refused"):
+        sketchpad.convert_and_format_image(FileData(path=str(huge)))
+    assert time.perf_counter() - start < 1.0  # the pixels were never decoded
+    (tmp_path / "junk.png").write_bytes(os.urandom(1000))
+    with pytest.raises(gr.Error, match="not an image"):
+        sketchpad.convert_and_format_image(FileData(path=str(tmp_path / "junk.png")))
+    drawing = tmp_path / "drawing.png"
+    PIL.Image.new("RGBA", (280, 280)).save(drawing)
+    image = sketchpad.convert_and_format_image(FileData(path=str(drawing)))
+    assert np.asarray(image).shape[:2] == (280, 280)
+
+
+def test_the_explorer_limits_uploads(mnist_data):
+    pytest.importorskip("gradio")
+    from keras_capsules.visualization import launch_explorer
+
+    app = launch_explorer(tiny(), port=free_port(), block=False)
+    try:
+        assert app.max_file_size == 2 * 1024 * 1024
+        assert app.delete_cache == (600, 600)
+    finally:
+        app.close()
+
+
 @pytest.fixture
 def chromium():
     """A headless Chromium driven by Selenium, closed after the test."""

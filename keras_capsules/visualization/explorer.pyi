@@ -1,0 +1,339 @@
+"""An interactive capsule explorer in the browser, built with Gradio.
+
+Pick a test digit or draw one; the page shows the class capsules' lengths and
+the reconstruction from the winning capsule, and sixteen sliders (one per
+capsule dimension) perturb that capsule while the reconstruction follows:
+figure 4 of Sabour et al. 2017, live.
+
+Gradio is an optional dependency: `pip install "keras-capsules[explore]"`.
+"""
+
+import numpy as np
+
+from keras_capsules.visualization import _common
+
+SLIDER_RANGE = 0.25
+"""The sliders span [-0.25, 0.25], the paper's perturbation range."""
+
+SLIDER_STEP = 0.01
+
+CANVAS_SIZE = 280
+"""The drawing canvas, in pixels: ten times MNIST's 28."""
+
+MAX_DRAWING_SIZE = 4 * CANVAS_SIZE
+"""Drawings wider or taller than this are refused from their header, before decoding."""
+
+MAX_UPLOAD_SIZE = "2mb"
+"""Gradio's limit on an uploaded file; a drawing of the canvas is some kilobytes."""
+
+_MNIST_BOX = 20
+"""MNIST digits are scaled to fit a 20x20 box, then centred by their centre of mass."""
+
+
+def _resize(image, height, width):
+    """Area-average (down) or nearest (up) resize of a 2-D float array, NumPy only."""
+    rows = np.minimum((np.arange(height) + 0.5) * image.shape[0] / height, image.shape[0] - 1)
+    cols = np.minimum((np.arange(width) + 0.5) * image.shape[1] / width, image.shape[1] - 1)
+    if image.shape[0] <= height and image.shape[1] <= width:
+        return image[rows.astype(int)][:, cols.astype(int)]
+    # Average over the source block of each target pixel.
+    row_edges = np.linspace(0, image.shape[0], height + 1).astype(int)
+    col_edges = np.linspace(0, image.shape[1], width + 1).astype(int)
+    summed = np.add.reduceat(np.add.reduceat(image, row_edges[:-1], axis=0), col_edges[:-1], axis=1)
+    counts = np.outer(np.diff(row_edges), np.diff(col_edges))
+    return summed / np.maximum(counts, 1)
+
+
+def prepare_drawing(drawing, image_shape=(28, 28, 1)):
+    """A drawing as an MNIST-style image: white strokes on black, the digit boxed and centred.
+
+    As MNIST was made: the strokes' bounding box is scaled to fit 20x20
+    pixels (keeping its aspect ratio) and placed so that its centre of mass
+    is at the centre of the `image_shape` canvas. Larger canvases (36x36
+    MultiMNIST, 40x40 expanded MNIST) get the same 20-pixel digit, as their
+    training digits are.
+
+    Args:
+        drawing: the sketch as an array `(h, w)`, `(h, w, 3)` or `(h, w, 4)`
+            (RGBA with transparent background, what Gradio's sketchpad
+            gives), or Gradio's editor value (a dict with `"composite"`).
+            Strokes are dark on light or opaque on transparent.
+        image_shape: the model's input shape, one channel.
+
+    Returns:
+        uint8 `image_shape`, or `None` when nothing is drawn.
+    """
+    if isinstance(drawing, dict):
+        drawing = drawing.get("composite")
+    if drawing is None:
+        return None
+    image = np.asarray(drawing, dtype="float32")
+    if image.ndim == 3 and image.shape[-1] == 4:
+        if image[..., 3].min() < 255:  # strokes on a transparent background
+            ink = image[..., 3] / 255.0
+        else:  # opaque: dark strokes on a light background
+            ink = 1.0 - image[..., :3].mean(axis=-1) / 255.0
+    elif image.ndim == 3:
+        ink = 1.0 - image[..., :3].mean(axis=-1) / 255.0
+    elif image.ndim == 2:
+        ink = 1.0 - image / 255.0
+    else:
+        raise ValueError(f"`drawing` must be an image (h, w[, c]). Received shape {image.shape}")
+    ink = np.clip(ink, 0.0, 1.0)
+    if ink.max() < 0.1:
+        return None
+    rows = np.flatnonzero(ink.max(axis=1) > 0.1)
+    cols = np.flatnonzero(ink.max(axis=0) > 0.1)
+    ink = ink[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+    height, width = image_shape[:2]
+    scale = min(_MNIST_BOX, height, width) / max(ink.shape)
+    new_h, new_w = max(1, round(ink.shape[0] * scale)), max(1, round(ink.shape[1] * scale))
+    ink = _resize(ink, new_h, new_w)
+    canvas = np.zeros((height, width), "float32")
+    total = ink.sum()
+    cy = (ink.sum(axis=1) @ np.arange(new_h)) / total
+    cx = (ink.sum(axis=0) @ np.arange(new_w)) / total
+    top = int(np.clip(round((height - 1) / 2 - cy), 0, height - new_h))
+    left = int(np.clip(round((width - 1) / 2 - cx), 0, width - new_w))
+    canvas[top : top + new_h, left : left + new_w] = ink
+    return np.round(canvas * 255).astype("uint8")[..., None]
+
+
+def _bounded_sketchpad(gr):
+    """`gr.Sketchpad` refusing images larger than `MAX_DRAWING_SIZE`, read from the header.
+
+    Gradio decodes every image of the editor's value (background, layers,
+    composite) with PIL before the page's function sees it; PIL's `open`
+    reads the header only, so the size is checked before the pixels cost
+    anything.
+    """
+    import io
+
+    import PIL.Image
+from gradio.events import Dependency
+
+    class BoundedSketchpad(gr.Sketchpad):
+        def convert_and_format_image(self, file, flatten_on_white=False):
+            if file is not None:
+                source = file if isinstance(file, (bytes, bytearray)) else file.path
+                try:
+                    with PIL.Image.open(
+                        io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
+                    ) as image:
+                        width, height = image.size
+                except (OSError, ValueError, PIL.Image.DecompressionBombError):
+                    raise gr.Error("The drawing is not an image.") from None
+                if max(width, height) > MAX_DRAWING_SIZE:
+                    raise gr.Error(
+                        f"The drawing is {width}x{height} pixels; the canvas is "
+                        f"{CANVAS_SIZE}x{CANVAS_SIZE}, and images above "
+                        f"{MAX_DRAWING_SIZE}x{MAX_DRAWING_SIZE} are refused."
+                    )
+            return super().convert_and_format_image(file, flatten_on_white)
+
+    return BoundedSketchpad
+
+
+class _Session:
+    """The model-side work behind the page: encode an image, decode a perturbed capsule."""
+
+    def __init__(self, model):
+        _common.check_model(model)
+        self.model = model
+        self.class_names = [str(c) for c in range(model.num_classes)]
+
+    def encode(self, image):
+        """`(lengths dict, poses (classes, dim), winner)` of one image in [0, 255]."""
+        x = _common.check_images(self.model, image, single=True)
+        poses = np.asarray(self.model.predict_poses(x, verbose=0), "float32")[0]
+        lengths = np.linalg.norm(poses, axis=-1)
+        winner = int(np.argmax(lengths))
+        return dict(zip(self.class_names, lengths.astype(float).tolist())), poses, winner
+
+    def decode(self, poses, capsule, deltas):
+        """The reconstruction from `capsule` with `deltas` added to its dimensions, uint8."""
+        poses = np.array(poses, dtype="float32", copy=True)
+        poses[capsule] += np.asarray(deltas, dtype="float32")
+        image = self.model.decode(poses[None], labels=np.array([capsule], "int32"))[0]
+        return np.round(np.clip(image[..., 0], 0.0, 1.0) * 255).astype("uint8")
+
+
+def _display(image, scale=8):
+    """A uint8 `(h, w[, 1])` image enlarged `scale` times (nearest), for crisp display."""
+    image = np.asarray(image)
+    if image.ndim == 3:
+        image = image[..., 0]
+    return np.kron(image, np.ones((scale, scale), dtype=image.dtype))
+
+
+def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
+    """The explorer page as a `gradio.Blocks` app, not yet launched.
+
+    Args:
+        model: a capsule network with a decoder, such as a trained
+            `applications.CapsNetMNIST`.
+        images: test images to pick from, `(n, height, width)` or
+            `(n,) + model.image_shape`, in [0, 255]; `None` for drawing only.
+        labels: their classes `(n,)`, shown next to the picked image.
+        title: the page's heading.
+
+    Returns:
+        A `gradio.Blocks`. Its components carry stable `elem_id`s:
+        `index` (the test image slider) and `label` (with `images`),
+        `sketch`, `use-drawing`, `input`, `lengths`, `capsule`, `dim-0` ...
+        `dim-{capsule_dim - 1}`, `reset` and `reconstruction`.
+
+    Example:
+
+    >>> from keras_capsules.visualization import build_explorer
+    >>> app = build_explorer(model, x_test[:100], y_test[:100])  # doctest: +SKIP
+    >>> app.launch(server_name="127.0.0.1")  # doctest: +SKIP
+    """
+    import gradio as gr
+
+    session = _Session(model)
+    height, width, _ = model.image_shape
+    if images is not None:
+        images = _common.check_images(model, images, name="images")
+        images = np.round(images).astype("uint8")  # checked to lie in [0, 255]
+        labels = _common.check_labels(model, labels, len(images))
+    _, blank_poses, _ = session.encode(np.zeros(model.image_shape, "float32"))
+    capsule_dim = blank_poses.shape[-1]
+
+    def show_image(image):
+        """Encode `image`: input view, lengths, capsule choice, sliders at 0, reconstruction."""
+        lengths, poses, winner = session.encode(image)
+        zeros = [0.0] * capsule_dim
+        return (
+            _display(image),
+            lengths,
+            poses.tolist(),
+            gr.update(value=str(winner)),
+            *zeros,
+            _display(session.decode(poses, winner, zeros)),
+        )
+
+    def pick(index):
+        return show_image(images[int(index)])
+
+    def draw(drawing):
+        image = prepare_drawing(drawing, model.image_shape)
+        if image is None:
+            raise gr.Error("Draw a digit first.")
+        return show_image(image)
+
+    def perturb(poses, capsule, *deltas):
+        if poses is None:
+            return None
+        return _display(session.decode(np.asarray(poses), int(capsule), deltas))
+
+    # Uploads older than 10 minutes are deleted every 10 minutes, and all of them
+    # when the server stops.
+    with gr.Blocks(title=title, analytics_enabled=False, delete_cache=(600, 600)) as app:
+        gr.Markdown(
+            f"# {title}\n"
+            "Pick a test digit or draw one. The bars are the class capsules' lengths; "
+            "the sliders add to one dimension each of the chosen capsule (the longest "
+            "by default), and the reconstruction is decoded from that capsule alone."
+        )
+        poses_state = gr.State(None)
+        with gr.Row():
+            with gr.Column(scale=1):
+                if images is not None:
+                    caption = "Test image" if labels is None else "Test image (label below)"
+                    index = gr.Slider(
+                        0, len(images) - 1, value=0, step=1, label=caption, elem_id="index"
+                    )
+                    label_box = gr.Markdown(elem_id="label")
+                sketch = _bounded_sketchpad(gr)(
+                    label="…or draw a digit",
+                    canvas_size=(CANVAS_SIZE, CANVAS_SIZE),
+                    elem_id="sketch",
+                    type="numpy",
+                )
+                use_drawing = gr.Button("Use the drawing", elem_id="use-drawing")
+                input_view = gr.Image(
+                    label=f"Input ({height}x{width})",
+                    elem_id="input",
+                    interactive=False,
+                    format="png",
+                )
+            with gr.Column(scale=1):
+                lengths = gr.Label(
+                    label="Class capsule lengths (the probability that each digit is present)",
+                    num_top_classes=model.num_classes,
+                    elem_id="lengths",
+                )
+                capsule = gr.Dropdown(
+                    session.class_names, value="0", label="Capsule to perturb", elem_id="capsule"
+                )
+                reconstruction = gr.Image(
+                    label="Reconstruction",
+                    elem_id="reconstruction",
+                    interactive=False,
+                    format="png",
+                )
+            with gr.Column(scale=1):
+                sliders = [
+                    gr.Slider(
+                        -SLIDER_RANGE,
+                        SLIDER_RANGE,
+                        value=0.0,
+                        step=SLIDER_STEP,
+                        label=f"dimension {d}",
+                        elem_id=f"dim-{d}",
+                    )
+                    for d in range(capsule_dim)
+                ]
+                reset = gr.Button("Reset the sliders", elem_id="reset")
+
+        shown = [input_view, lengths, poses_state, capsule, *sliders, reconstruction]
+        if images is not None:
+            index.change(pick, index, shown, show_progress="hidden", trigger_mode="always_last")
+            app.load(pick, index, shown, show_progress="hidden")
+            if labels is not None:
+                describe = lambda i: f"label: **{int(labels[int(i)])}**"  # noqa: E731
+                index.change(describe, index, label_box, show_progress="hidden")
+                app.load(describe, index, label_box, show_progress="hidden")
+        use_drawing.click(draw, sketch, shown, show_progress="hidden")
+        inputs = [poses_state, capsule, *sliders]
+        for control in (capsule, *sliders):
+            control.change(
+                perturb, inputs, reconstruction, show_progress="hidden", trigger_mode="always_last"
+            )
+        reset.click(lambda: [0.0] * capsule_dim, None, sliders, show_progress="hidden")
+    return app
+
+
+def launch_explorer(
+    model, images=None, labels=None, host="127.0.0.1", port=7860, open_browser=False, block=True
+):
+    """Serve `build_explorer(model, images, labels)` on `host:port` (loopback by default).
+
+    Uploads above `MAX_UPLOAD_SIZE` (2 MB) are refused by Gradio, and drawings
+    larger than `MAX_DRAWING_SIZE` pixels on a side from their header.
+
+    Args:
+        model: a capsule network with a decoder.
+        images, labels: test images to pick from and their classes.
+        host: interface to bind; `"127.0.0.1"` keeps the page on this machine.
+        port: TCP port (7860, Gradio's).
+        open_browser: open the page in the default browser.
+        block: serve until interrupted (True), or return at once.
+
+    Returns:
+        The launched `gradio.Blocks`; `app.close()` stops it.
+    """
+    app = build_explorer(model, images, labels)
+    app.launch(
+        server_name=host,
+        server_port=port,
+        inbrowser=open_browser,
+        share=False,
+        prevent_thread_lock=not block,
+        show_error=True,
+        quiet=False,
+        footer_links=[],
+        max_file_size=MAX_UPLOAD_SIZE,
+    )
+    return app
