@@ -99,38 +99,39 @@ def prepare_drawing(drawing, image_shape=(28, 28, 1)):
     return np.round(canvas * 255).astype("uint8")[..., None]
 
 
-def _bounded_sketchpad(gr):
-    """`gr.Sketchpad` refusing images larger than `MAX_DRAWING_SIZE`, read from the header.
+def _bound_sketchpad(gr, sketchpad):
+    """Make `sketchpad` refuse images larger than `MAX_DRAWING_SIZE`, read from the header.
 
     Gradio decodes every image of the editor's value (background, layers,
     composite) with PIL before the page's function sees it; PIL's `open`
     reads the header only, so the size is checked before the pixels cost
-    anything.
+    anything. (The instance's method is wrapped: a subclass of a Gradio
+    component would make Gradio write a `.pyi` file beside this module.)
     """
     import io
 
     import PIL.Image
 
-    class BoundedSketchpad(gr.Sketchpad):
-        def convert_and_format_image(self, file, flatten_on_white=False):
-            if file is not None:
-                source = file if isinstance(file, (bytes, bytearray)) else file.path
-                try:
-                    with PIL.Image.open(
-                        io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
-                    ) as image:
-                        width, height = image.size
-                except (OSError, ValueError, PIL.Image.DecompressionBombError):
-                    raise gr.Error("The drawing is not an image.") from None
-                if max(width, height) > MAX_DRAWING_SIZE:
-                    raise gr.Error(
-                        f"The drawing is {width}x{height} pixels; the canvas is "
-                        f"{CANVAS_SIZE}x{CANVAS_SIZE}, and images above "
-                        f"{MAX_DRAWING_SIZE}x{MAX_DRAWING_SIZE} are refused."
-                    )
-            return super().convert_and_format_image(file, flatten_on_white)
+    convert = sketchpad.convert_and_format_image
 
-    return BoundedSketchpad
+    def bounded(file, flatten_on_white=False):
+        if file is not None:
+            source = io.BytesIO(file) if isinstance(file, (bytes, bytearray)) else file.path
+            try:
+                with PIL.Image.open(source) as image:
+                    width, height = image.size
+            except (OSError, ValueError, PIL.Image.DecompressionBombError):
+                raise gr.Error("The drawing is not an image.") from None
+            if max(width, height) > MAX_DRAWING_SIZE:
+                raise gr.Error(
+                    f"The drawing is {width}x{height} pixels; the canvas is "
+                    f"{CANVAS_SIZE}x{CANVAS_SIZE}, and images above "
+                    f"{MAX_DRAWING_SIZE}x{MAX_DRAWING_SIZE} are refused."
+                )
+        return convert(file, flatten_on_white)
+
+    sketchpad.convert_and_format_image = bounded
+    return sketchpad
 
 
 class _Session:
@@ -244,12 +245,13 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
                         0, len(images) - 1, value=0, step=1, label=caption, elem_id="index"
                     )
                     label_box = gr.Markdown(elem_id="label")
-                sketch = _bounded_sketchpad(gr)(
+                sketch = gr.Sketchpad(
                     label="…or draw a digit",
                     canvas_size=(CANVAS_SIZE, CANVAS_SIZE),
                     elem_id="sketch",
                     type="numpy",
                 )
+                _bound_sketchpad(gr, sketch)
                 use_drawing = gr.Button("Use the drawing", elem_id="use-drawing")
                 input_view = gr.Image(
                     label=f"Input ({height}x{width})",

@@ -114,7 +114,7 @@ def test_a_huge_drawing_is_refused_from_its_header(tmp_path):
 
     from keras_capsules.visualization import explorer
 
-    sketchpad = explorer._bounded_sketchpad(gr)(type="numpy")
+    sketchpad = explorer._bound_sketchpad(gr, gr.Sketchpad(type="numpy"))
     huge = tmp_path / "huge.png"
     PIL.Image.new("RGBA", (9000, 9000)).save(huge)  # a few hundred kB, 324 MB decoded
     start = time.perf_counter()
