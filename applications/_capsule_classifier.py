@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from applications._defaults import default_optimizer
+from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
 from applications._losses import batch_mean
 from applications._losses import with_penalties
@@ -17,7 +18,9 @@ from keras_capsules.losses import MarginLoss
 from keras_capsules.losses import ReconstructionLoss
 
 
-class CapsuleClassifier(PresetMixin, CapsulePredictions, InputRangeCheck, keras.Model):
+class CapsuleClassifier(
+    PresetMixin, PortableExport, CapsulePredictions, InputRangeCheck, keras.Model
+):
     """A functional model from images to class capsules, trained on the margin loss.
 
     A subclass builds its graph from `images` to the class capsules `poses`

@@ -4,6 +4,7 @@ from applications._checks import check_positive_ints
 from applications._checks import image_shape
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
+from applications._export import PortableExport
 from applications._inputs import PIXELS
 from applications._inputs import InputRangeCheck
 from applications._inputs import check_rescale
@@ -13,7 +14,7 @@ POOLING = (None, "max")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class BaselineCNN(InputRangeCheck, keras.Model):
+class BaselineCNN(PortableExport, InputRangeCheck, keras.Model):
     """The baseline CNN of Sabour et al. 2017, ready to `fit`.
 
     Three 5x5 convolutions with stride 1, "same" padding and ReLU (256, 256

@@ -6,6 +6,7 @@ from applications._checks import check_positive_ints
 from applications._checks import image_shape
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
+from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
@@ -21,7 +22,9 @@ from keras_capsules.losses import SpreadLoss
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNetNORB(PresetMixin, CapsulePredictions, InputRangeCheck, keras.Model):
+class MatrixCapsNetNORB(
+    PresetMixin, PortableExport, CapsulePredictions, InputRangeCheck, keras.Model
+):
     """The matrix capsule network of Hinton, Sabour, Frosst 2018 for smallNORB, ready to `fit`.
 
     ReLU Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types, 1x1) ->

@@ -12,6 +12,7 @@ _EXTRAS = {
     "gradio": "explore",
     "onnx": "onnx",
     "tf2onnx": "onnx",
+    "onnxruntime": "onnx",
     "huggingface_hub": "hf",
     "kagglehub": "kaggle",
 }

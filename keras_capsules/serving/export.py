@@ -106,6 +106,34 @@ def _heads(tf, outputs):
 OUTPUT_KINDS = ("probabilities", "logits")
 
 
+def _load(tf, path):
+    """`tf.saved_model.load(path)`."""
+    return tf.saved_model.load(path)
+
+
+def _verify_saved_model(tf, model, path, predict, image_shape, probes=4):
+    """Load the written SavedModel and compare its answers with the model's; refuse a mismatch."""
+    low, high = _pixel_range(model) or (0.0, 255.0)
+    images = np.random.default_rng(0).uniform(low, high, (probes,) + image_shape)
+    images = tf.constant(images, tf.float32)
+    expected = predict(images)["probabilities"].numpy()
+    try:
+        answered = _load(tf, path).signatures[SERVING_SIGNATURE](images=images)
+    except Exception as error:  # TensorFlow's own error: the folder does not load or run
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(
+            f"The exported SavedModel does not load and run, so it was not written: {first}"
+        ) from error
+    probabilities = answered["probabilities"].numpy()
+    if probabilities.shape != expected.shape or not np.allclose(
+        probabilities, expected, atol=1e-5, rtol=0
+    ):
+        raise ValueError(
+            "The exported SavedModel answers other probabilities than the Keras model on "
+            f"{probes} probe images, so it was not written."
+        )
+
+
 def _pixel_range(model):
     """`(low, high)` of the pixel values `model` expects, or `None` when it does not say.
 
@@ -311,6 +339,7 @@ def export_saved_model(
     # Written beside and renamed into place: TF Serving never sees half a version.
     with replacing(path) as temporary:
         archive.write_out(temporary, verbose=False)
+        _verify_saved_model(tf, model, temporary, predict, image_shape)
     if verbose:
-        print(f"SavedModel version {version} written to {path}")
+        print(f"SavedModel version {version} written to {path} (loaded and checked)")
     return path

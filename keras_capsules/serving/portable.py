@@ -91,8 +91,9 @@ def export_onnx(
     with replacing(path) as temporary:
         with open(temporary, "wb") as f:
             f.write(proto.SerializeToString())
+        _verify(model, function, temporary, "onnx", _run_onnx)
     if verbose:
-        print(f"ONNX model written to {path}")
+        print(f"ONNX model written to {path} (checked with ONNX Runtime)")
     return path
 
 
@@ -166,9 +167,72 @@ def export_litert(model, path, input_shape=None, output_kind="probabilities", ve
     with replacing(path) as temporary:
         with open(temporary, "wb") as f:
             f.write(flatbuffer)
+        _verify(model, function, temporary, "litert", _run_litert)
     if verbose:
-        print(f"LiteRT model written to {path}")
+        print(f"LiteRT model written to {path} (checked with LiteRT's interpreter)")
     return path
+
+
+PROBE_IMAGES = 4
+VERIFY_TOLERANCE = 1e-3
+"""Largest difference of a probability between the file's runtime and Keras (float32)."""
+
+
+def _run_onnx(path, images):
+    onnxruntime = require("onnxruntime", "Checking the exported ONNX file")
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [output.name for output in session.get_outputs()]
+    return dict(zip(names, session.run(None, {"images": images}), strict=True))
+
+
+def _run_litert(path, images):
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:  # TensorFlow's own copy of the interpreter
+        import tensorflow as tf
+
+        Interpreter = tf.lite.Interpreter
+    runner = Interpreter(model_path=path).get_signature_runner(SERVING_SIGNATURE)
+    return runner(images=images)
+
+
+def _verify(model, function, path, format, run):
+    """Run the written file on probe images beside the traced function; refuse a mismatch.
+
+    The probes are random pixels over the model's input range (`[0, 255]`, or
+    `[0, 1]` for `rescale=None`); the file's probabilities must match
+    Keras's within `VERIFY_TOLERANCE`, ten times that for a model computing
+    in float16 or bfloat16.
+    """
+    from keras_capsules.serving.export import _pixel_range
+
+    low, high = _pixel_range(model) or (0.0, 255.0)
+    shape = (PROBE_IMAGES,) + tuple(function.input_signature[0].shape[1:])
+    images = np.random.default_rng(0).uniform(low, high, shape).astype("float32")
+    expected = np.asarray(function(images)["probabilities"], dtype="float32")
+    names = {"onnx": "ONNX Runtime", "litert": "LiteRT's interpreter"}
+    try:
+        answered = run(path, images)
+    except ImportError:
+        raise
+    except Exception as error:  # the runtime's own error: it cannot load or run the file
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(
+            f"The exported {format} file does not run in {names[format]}, so it was not "
+            f"written: {first}"
+        ) from error
+    probabilities = np.asarray(answered.get("probabilities"), dtype="float32")
+    tolerance = VERIFY_TOLERANCE * (10 if _low_precision_layer(model) is not None else 1)
+    if probabilities.shape != expected.shape:
+        apart = f"shape {probabilities.shape} against {expected.shape}"
+    elif not np.allclose(probabilities, expected, atol=tolerance, rtol=0):
+        apart = f"up to {np.nanmax(np.abs(probabilities - expected)):.3g} apart"
+    else:
+        return
+    raise ValueError(
+        f"The exported {format} file answers other probabilities than the Keras model on "
+        f"{PROBE_IMAGES} probe images ({apart}, beyond {tolerance:g}), so it was not written."
+    )
 
 
 def _low_precision_layer(model):

@@ -328,3 +328,36 @@ def test_other_backends_are_told_how_to_export(tmp_path):
     model = applications.CapsNetMNIST(**SMALL)
     with pytest.raises(RuntimeError, match="KERAS_BACKEND=tensorflow"):
         export_saved_model(model, str(tmp_path / "x"))
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("failure", ["does not load", "other probabilities"])
+def test_a_saved_model_that_does_not_reproduce_the_model_is_not_written(
+    tmp_path, monkeypatch, failure
+):
+    from keras_capsules.serving import export
+
+    real = export._load
+
+    def load(tf, path):
+        if failure == "does not load":
+            raise OSError("SavedModel file does not exist at: " + path)
+        loaded = real(tf, path)
+        serving = loaded.signatures["serving_default"]
+
+        class Shifted:
+            def __call__(self, **inputs):
+                answer = dict(serving(**inputs))
+                answer["probabilities"] = answer["probabilities"] + 0.01
+                return answer
+
+        return type("Loaded", (), {"signatures": {"serving_default": Shifted()}})()
+
+    monkeypatch.setattr(export, "_load", load)
+    inputs = keras.Input((8, 8, 1))
+    model = keras.Model(
+        inputs, keras.layers.Dense(3, activation="softmax")(keras.layers.Flatten()(inputs))
+    )
+    with pytest.raises(ValueError, match=rf"SavedModel .*{failure}.*not written"):
+        export_saved_model(model, str(tmp_path / "m"), verbose=False)
+    assert not os.listdir(tmp_path / "m")  # no version folder, no temporary

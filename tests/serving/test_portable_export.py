@@ -367,3 +367,64 @@ def test_export_command_refuses_what_a_file_format_cannot_take(tmp_path, capsys)
             cli.main(
                 ["export", model_path, str(tmp_path / "readonly" / "m.onnx"), "--format", "onnx"]
             )
+
+
+def _softmax_model():
+    inputs = keras.Input((8, 8, 1))
+    scores = keras.layers.Dense(3, activation="softmax")(keras.layers.Flatten()(inputs))
+    return keras.Model(inputs, scores)
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("format_name", sorted(FORMATS))
+@pytest.mark.parametrize("failure", ["does not run", "other probabilities"])
+def test_a_file_its_runtime_does_not_reproduce_is_not_written(
+    format_name, failure, tmp_path, monkeypatch
+):
+    from keras_capsules.serving import portable
+
+    needs(format_name)
+    export, suffix, _, _, _ = FORMATS[format_name]
+    runner = {"onnx": "_run_onnx", "litert": "_run_litert"}[format_name]
+    real = getattr(portable, runner)
+
+    def broken(path, images):
+        if failure == "does not run":
+            raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Load model failed\nmore")
+        answer = real(path, images)
+        return {**answer, "probabilities": answer["probabilities"] + 0.01}
+
+    monkeypatch.setattr(portable, runner, broken)
+    message = {
+        "does not run": r"does not run in .*so it was not written: \[ONNXRuntimeError\].*failed$",
+        "other probabilities": r"other probabilities .* 4 probe images \(up to 0.01 apart",
+    }[failure]
+    with pytest.raises(ValueError, match=message):
+        export(_softmax_model(), str(tmp_path / f"m{suffix}"), verbose=False)
+    assert not list(tmp_path.iterdir())  # nothing written, no temporary left
+
+
+@requires_tensorflow
+def test_a_bfloat16_model_onnx_runtime_cannot_load_is_refused(tmp_path):
+    needs("onnx")
+    model = applications.EfficientCapsNet(
+        conv_filters=(8, 8, 8, 32), primary_capsule_types=4, dtype="mixed_bfloat16"
+    )
+    with pytest.raises(ValueError, match=r"does not run in ONNX Runtime, so it was not written"):
+        export_onnx(model, str(tmp_path / "m.onnx"), verbose=False)
+    assert not list(tmp_path.iterdir())
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("format_name", sorted(FORMATS))
+def test_keras_model_export_writes_the_checked_file(format_name, built_models, tmp_path):
+    """`model.export(path, format=...)`, as a Keras user calls it, gives a file that runs."""
+    needs(format_name)
+    _, suffix, run, _, _ = FORMATS[format_name]
+    model = built_models("efficient_capsnet")  # Keras's own ONNX export failed on Expm1
+    path = str(tmp_path / f"m{suffix}")
+    assert model.export(path, format=format_name, verbose=False) == path
+    x = model_images(model, 3)
+    np.testing.assert_allclose(
+        run(path, x)["probabilities"], model.predict(x, verbose=0), atol=1e-4
+    )
