@@ -156,7 +156,11 @@ def _timed_protocol(request_timeout):
     holds its connection forever, and enough of them exhaust the server. Here
     a request must arrive whole (headers and body) within `request_timeout`
     seconds of its first byte (of the connection, for the first request);
-    otherwise the connection is closed. Answering takes as long as it takes.
+    otherwise the connection is closed. Answering takes as long as it takes,
+    but a client must read it: when an answer fills the connection's send
+    buffer and the client reads none of it for `request_timeout` seconds, the
+    connection is aborted, which frees the buffered answer and the
+    connection's place under `--max-connections`.
     """
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -177,9 +181,35 @@ def _timed_protocol(request_timeout):
             if self.conn.their_state not in arriving:
                 self._disarm()  # the request is in (or the connection is over)
 
+        _send_timer = None
+
         def connection_lost(self, exc):
             self._disarm()
+            self._stop_send_timer()
             super().connection_lost(exc)
+
+        def pause_writing(self):  # the send buffer is full: the client must read
+            super().pause_writing()
+            if self._send_timer is None:
+                self._send_timer = self.loop.call_later(request_timeout, self._not_reading)
+
+        def resume_writing(self):
+            self._stop_send_timer()
+            super().resume_writing()
+
+        def _stop_send_timer(self):
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
+
+        def _not_reading(self):
+            self._send_timer = None
+            if not self.transport.is_closing():
+                self.logger.warning(
+                    "Aborted a connection whose client read none of its answer for %s s",
+                    request_timeout,
+                )
+                self.transport.abort()  # drops the buffered answer at once
 
         def _arm(self):
             self._disarm()

@@ -370,6 +370,42 @@ def test_slow_clients_are_cut_off_and_good_ones_keep_being_served(served):
     assert client.predict({"instances": x[:1].tolist()})[0] == 200
 
 
+def test_clients_that_never_read_their_answer_are_cut_off(served):
+    """3 clients ask for 20 batches of reconstructions at once (some 10 MB) and read none."""
+    client, model, x, _ = served
+    payload = {"signature_name": "reconstruct", "instances": x[:MAX_BATCH].tolist()}
+    body = json.dumps(payload).encode()
+    request = (
+        "POST /v1/models/capsnet:predict HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    readers = []
+    for _ in range(3):
+        connection = socket.socket()
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        connection.settimeout(10)
+        connection.connect(("127.0.0.1", client.port))
+        connection.sendall(request * 20)  # pipelined
+        readers.append(connection)
+    before = client.log_path.read_text().count("read none of its answer")
+    deadline = time.time() + 60
+    expected = model.predict(x[:1], verbose=0).argmax(-1)[0]
+    while client.log_path.read_text().count("read none of its answer") - before < 3:
+        assert time.time() < deadline, client.log_path.read_text()[-2000:]
+        status, answer = client.predict({"instances": x[:1].tolist()})  # served meanwhile
+        assert status == 200 and answer["predictions"][0]["classes"] == expected, answer
+        time.sleep(0.2)
+    for connection in readers:  # aborted: what was sent, then a reset or the end
+        received = 0
+        try:
+            while chunk := connection.recv(1 << 20):
+                received += len(chunk)
+        except ConnectionResetError:
+            pass
+        assert received < 20 * MAX_BATCH * 28 * 28 * 4  # not every answer
+        connection.close()
+
+
 def test_load_eight_clients(served, record_property):
     """8 clients for 30 s, 30% of their requests bad (a PNG bomb among them).
 
