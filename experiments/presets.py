@@ -28,7 +28,6 @@ Smoke test (a few hundred images, written outside the package):
 
 import argparse
 import copy
-import hashlib
 import json
 import math
 import os
@@ -172,20 +171,13 @@ def _epoch_data(recipe, x, y, epoch):
     return _augment_in_chunks(x.astype("float32"), seed=seed)[..., None], y
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _data_files(recipe):
+    from applications._preset import sha256
     from keras_capsules import datasets
 
     folder = os.path.join(os.path.dirname(datasets.__file__), "data", recipe["data"])
     return {
-        name: _sha256(os.path.join(folder, name))
+        name: sha256(os.path.join(folder, name))
         for name in sorted(os.listdir(folder))
         if name.endswith(".gz")
     }
