@@ -11,6 +11,7 @@ import datetime
 import hashlib
 import json
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -162,22 +163,30 @@ def load_preset(cls, preset, **kwargs):
             f"applications.{stored_name}.from_preset({preset!r})."
         )
     model = stored.from_config({**config["config"], **kwargs})
-    model.load_weights(weights)
+    with warnings.catch_warnings():
+        # A preset holds no optimizer state (a compiled model's optimizer is new).
+        warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
+        model.load_weights(weights)
     return model
 
 
-def _copy_as_float16(source, target):
-    """Copy the Keras weights file `source` to `target`, its float32 arrays as float16."""
+def _copy_weights(source, target, float16=False):
+    """Copy the Keras weights file `source` to `target` without the optimizer's state.
+
+    A preset is the model, not a training run: Adam's two moments would
+    triple the file. With `float16`, float32 arrays are stored as float16.
+    """
     import h5py
 
     def copy(src, dst):
         dst.attrs.update(src.attrs)
         for key, item in src.items():
             if isinstance(item, h5py.Group):
-                copy(item, dst.create_group(key))
+                if not (src.name == "/" and key == "optimizer"):
+                    copy(item, dst.create_group(key))
                 continue
             values = item[()]
-            if values.dtype == np.float32:
+            if float16 and values.dtype == np.float32:
                 values = values.astype(np.float16)
                 if not np.all(np.isfinite(values)):
                     raise ValueError(
@@ -206,16 +215,14 @@ def save_preset(model, preset_dir, metadata=None, weights_dtype=None):
     os.makedirs(preset_dir, exist_ok=True)
     weights = os.path.join(preset_dir, WEIGHTS_FILE)
     # Keras wants the `.weights.h5` suffix, which `replacing`'s temporary name lacks.
+    saved = os.path.join(preset_dir, f".{os.getpid()}.saved.weights.h5")
     partial = os.path.join(preset_dir, f".{os.getpid()}.partial.weights.h5")
-    half = os.path.join(preset_dir, f".{os.getpid()}.partial-float16.weights.h5")
     try:
-        model.save_weights(partial)
-        if weights_dtype == "float16":
-            _copy_as_float16(partial, half)
-            os.replace(half, partial)
+        model.save_weights(saved)
+        _copy_weights(saved, partial, float16=weights_dtype == "float16")
         os.replace(partial, weights)
     finally:
-        for path in (partial, half):
+        for path in (saved, partial):
             if os.path.exists(path):
                 os.remove(path)
     config = keras.saving.serialize_keras_object(model)

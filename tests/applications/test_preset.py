@@ -54,7 +54,24 @@ def test_save_to_preset_round_trip(tmp_path, name):
     assert metadata["parameter_count"] == model.count_params()
     assert metadata["keras_version"] == keras.__version__
     assert metadata["note"] == "test"
-    assert not [f for f in os.listdir(folder) if "partial" in f]
+    assert not [f for f in os.listdir(folder) if f.startswith(".")]
+    with h5py.File(weights) as f:
+        assert "optimizer" not in f  # the model's weights, not a training run's state
+
+
+def test_a_trained_models_preset_holds_no_optimizer_state_and_loads_silently(tmp_path):
+    import warnings
+
+    model = applications.CapsNetMNIST(**SMALL_MODELS["CapsNetMNIST"])
+    x = _images(8)
+    model.fit(x, np.arange(8) % 10, epochs=1, verbose=0)  # Adam's moments exist now
+    folder = model.save_to_preset(str(tmp_path / "trained"))
+    parameters = sum(int(np.prod(w.shape)) for w in model.weights)
+    assert os.path.getsize(os.path.join(folder, "model.weights.h5")) < 4 * parameters * 1.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = applications.CapsNetMNIST.from_preset(folder)
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
 
 
 def test_from_preset_of_a_base_class_and_kwargs(tmp_path):
