@@ -227,6 +227,14 @@ def run_config(args):
     return json.loads(json.dumps(options))  # as run.json will hold them (tuples as lists)
 
 
+def option_changes(recorded, options):
+    """The options that differ between two runs, as `--name old -> new`, comma-separated."""
+    differing = sorted(k for k in set(options) | set(recorded) if options.get(k) != recorded.get(k))
+    return ", ".join(
+        f"--{k.replace('_', '-')} {recorded.get(k)!r} -> {options.get(k)!r}" for k in differing
+    )
+
+
 def previous_run(args):
     """How this run relates to what `args.output` holds: the epochs it has finished.
 
@@ -265,12 +273,7 @@ def previous_run(args):
     if recorded is not None:  # options recorded under their old names
         recorded = {_RENAMED_OPTIONS.get(k, k): v for k, v in recorded.items()}
     if recorded is not None and recorded != config:
-        differing = sorted(
-            k for k in set(config) | set(recorded) if config.get(k) != recorded.get(k)
-        )
-        changes = ", ".join(
-            f"--{k.replace('_', '-')} {recorded.get(k)!r} -> {config.get(k)!r}" for k in differing
-        )
+        changes = option_changes(recorded, config)
         raise SystemExit(
             f"keras-capsules train: {args.output} holds a run trained with other options "
             f"({changes}). Rerun with the recorded options to continue it, choose another "

@@ -14,11 +14,13 @@ import time
 
 from keras_capsules._atomic import replacing
 from keras_capsules._atomic import write_json
+from keras_capsules.cli._training import option_changes
 from keras_capsules.cli._types import data_dir
 from keras_capsules.cli._types import held_out_fraction
 from keras_capsules.cli._types import non_negative_int
 from keras_capsules.cli._types import positive_float
 from keras_capsules.cli._types import positive_int
+from keras_capsules.cli.train import BATCH_SIZES
 
 DEFAULT_ORACLE = "127.0.0.1:8000"
 MODELS = ("capsnet-mnist", "matrix-capsnet-mnist")
@@ -129,7 +131,7 @@ def _search_options(args):
     options = {k: v for k, v in sorted(vars(args).items()) if k not in SESSION_OPTIONS}
     options["fixed"] = sorted(args.fixed)
     if options["batch_size"] is None:
-        options["batch_size"] = 100 if args.model == "capsnet-mnist" else 32
+        options["batch_size"] = BATCH_SIZES.get(args.model, 32)
     return json.loads(json.dumps(options))
 
 
@@ -159,14 +161,7 @@ def _check_search(args, project_dir):
         recorded = _read_json(path)
         recorded = recorded.get("options") if isinstance(recorded, dict) else None
         if recorded != options:
-            recorded = recorded if isinstance(recorded, dict) else {}
-            differing = sorted(
-                k for k in set(options) | set(recorded) if options.get(k) != recorded.get(k)
-            )
-            changes = ", ".join(
-                f"--{k.replace('_', '-')} {recorded.get(k)!r} -> {options.get(k)!r}"
-                for k in differing
-            )
+            changes = option_changes(recorded if isinstance(recorded, dict) else {}, options)
             _fail(
                 f"{args.output} holds a search made with other options ({changes}). Rerun "
                 "with the recorded options to resume it, choose another --output, or pass "
