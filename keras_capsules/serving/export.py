@@ -106,6 +106,12 @@ def _heads(tf, outputs):
 OUTPUT_KINDS = ("probabilities", "logits")
 
 
+def _probe_images(model, shape):
+    """float32 random pixels of `shape` over the model's input range, the same every call."""
+    low, high = _pixel_range(model) or (0.0, 255.0)
+    return np.random.default_rng(0).uniform(low, high, shape).astype("float32")
+
+
 def _load(tf, path):
     """`tf.saved_model.load(path)`."""
     return tf.saved_model.load(path)
@@ -113,9 +119,7 @@ def _load(tf, path):
 
 def _verify_saved_model(tf, model, path, predict, image_shape, probes=4):
     """Load the written SavedModel and compare its answers with the model's; refuse a mismatch."""
-    low, high = _pixel_range(model) or (0.0, 255.0)
-    images = np.random.default_rng(0).uniform(low, high, (probes,) + image_shape)
-    images = tf.constant(images, tf.float32)
+    images = tf.constant(_probe_images(model, (probes,) + image_shape))
     expected = predict(images)["probabilities"].numpy()
     try:
         answered = _load(tf, path).signatures[SERVING_SIGNATURE](images=images)

@@ -23,6 +23,7 @@ from keras_capsules.serving.export import SERVING_SIGNATURE
 from keras_capsules.serving.export import _check_probabilities
 from keras_capsules.serving.export import _heads
 from keras_capsules.serving.export import _image_shape
+from keras_capsules.serving.export import _probe_images
 
 SUFFIXES = {"onnx": ".onnx", "litert": ".tflite"}
 
@@ -204,11 +205,8 @@ def _verify(model, function, path, format, run):
     Keras's within `VERIFY_TOLERANCE`, ten times that for a model computing
     in float16 or bfloat16.
     """
-    from keras_capsules.serving.export import _pixel_range
-
-    low, high = _pixel_range(model) or (0.0, 255.0)
     shape = (PROBE_IMAGES,) + tuple(function.input_signature[0].shape[1:])
-    images = np.random.default_rng(0).uniform(low, high, shape).astype("float32")
+    images = _probe_images(model, shape)
     expected = np.asarray(function(images)["probabilities"], dtype="float32")
     names = {"onnx": "ONNX Runtime", "litert": "LiteRT's interpreter"}
     try:
