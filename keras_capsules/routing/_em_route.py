@@ -17,6 +17,7 @@ EM_EPSILON = 1e-7
 """Added to the summed responsibilities `sum_i R[i, j] a[i]` before dividing by them."""
 
 _LOG_2PI = 1.8378770664093453
+_TINY = 2.0**-126  # float32's smallest normal number
 
 
 def em_route(
@@ -89,8 +90,21 @@ def em_route(
     # when votes are large or share an offset. The reference is a constant for
     # differentiation, which is exact because the result does not depend on it.
     reference = ops.stop_gradient(ops.mean(votes, axis=-2, keepdims=True))
-    votes = votes - reference
+    # Routing is also scale-equivariant, given the variance floor: votes divided
+    # by c, with the floor divided by c^2, give the means divided by c, the same
+    # responsibilities, and costs short of dim log c per unit of `total`, added
+    # back through beta_v (the E-step's log c terms are shared by all the parents
+    # of a child and cancel in its normalisation). Votes beyond 2^16 in an example
+    # are divided by the power of two c that brings them under it, so that
+    # their squares and sums stay far from float32's overflow; smaller votes are
+    # routed as they are (c = 1).
+    scale = ops.stop_gradient(_vote_scale(votes, reference))
+    votes = (votes - reference) / scale
     reference = reference[..., 0, :]  # (batch, sites, outputs, 16)
+    log_scale = ops.reshape(ops.log(scale), (-1, 1, 1))
+    beta_v = beta_v + log_scale  # (batch, 1, outputs)
+    # The floor divided by c^2, kept a normal float32 where c is beyond about 2^56.
+    variance_epsilon = ops.maximum(variance_epsilon / ops.square(scale[..., 0]), _TINY)
     settings = {
         "schedule": inverse_temperatures(iterations, inverse_temperature, schedule),
         "tempering": tempering_schedule(tempering, iterations),
@@ -104,13 +118,36 @@ def em_route(
         mean, acts, resp = _em_iterations(
             moments, deviations, activations, beta_v, beta_a, **settings
         )
-        return mean + reference, acts, resp
+        return mean * scale[..., 0] + reference, acts, resp
     route = recompute_gradient(
         lambda *args: _structured_forward(*args, settings),
         lambda args, saved, upstream: _structured_backward(args, saved, upstream, settings),
     )
     outputs = route(votes, activations, beta_v, beta_a)
-    return outputs[0] + reference, outputs[1], (outputs[2] if iterations > 1 else None)
+    poses = outputs[0] * scale[..., 0] + reference
+    return poses, outputs[1], (outputs[2] if iterations > 1 else None)
+
+
+_LARGEST_ROUTED = 16
+"""Votes are routed as they are up to 2^16 from their mean, scaled down beyond."""
+
+
+def _vote_scale(votes, reference):
+    """Per example, the power of two c >= 1 that brings `|votes - reference|` under 2^16.
+
+    `(batch, 1, 1, 1, 1)`. The bound `max |votes| + max |reference|` spares a
+    pass over the centred votes; zero votes give c = 1.
+    """
+    axes = tuple(range(1, len(votes.shape)))
+
+    def largest(x):
+        return ops.maximum(
+            ops.max(x, axis=axes, keepdims=True), -ops.min(x, axis=axes, keepdims=True)
+        )
+
+    bound = largest(votes) + largest(reference)
+    exponent = ops.maximum(ops.ceil(ops.log2(bound)) - _LARGEST_ROUTED, 0.0)
+    return ops.power(2.0, exponent)
 
 
 def _em_iterations(

@@ -158,6 +158,36 @@ def test_finite_values_and_gradients(scale, iterations, tempering):
     assert np.all(np.isfinite(gradient(routed, votes)))
 
 
+def test_huge_votes_stay_finite_and_match_a_float64_reference():
+    """Votes near float32's square root of its largest number no longer overflow.
+
+    Where float32 resolves the result, it matches the float64 reference; at
+    1e20 and beyond, the costs (dim log|V| per unit of responsibility) make
+    the responsibilities of some children exponentially small, which float32
+    cannot hold as float64 does: there the activations still match and the
+    poses are finite, of the votes' size.
+    """
+    votes, activations, beta_v, beta_a = _routing_problem(12, 2, 32, 5)
+    for scale, atol in ((1e10, 1e-4), (1e20, None), (1e30, None)):
+        huge = (votes.astype("float64") * scale).astype("float32")
+        poses, acts = em_routing(huge, activations, beta_v, beta_a, 3, inverse_temperature=0.1)
+        poses, acts = ops.convert_to_numpy(poses), ops.convert_to_numpy(acts)
+        ref_poses, ref_acts, _ = ref.em_routing_fully_connected(
+            huge.astype("float64"), activations, beta_v, beta_a, 3, 0.1, 1e-4, [0.1, 0.1]
+        )
+        assert np.all(np.isfinite(poses)) and np.all(np.isfinite(acts)), scale
+        np.testing.assert_allclose(acts, ref_acts, atol=1e-5)
+        if atol is not None:
+            np.testing.assert_allclose(poses / scale, ref_poses / scale, atol=atol)
+        assert np.max(np.abs(poses)) <= 10 * np.max(np.abs(huge))
+
+        def routed(v, scale=scale):
+            p, a = em_routing(v, activations, beta_v, beta_a, 3)
+            return ops.sum(p, axis=-1) / scale + a
+
+        assert np.all(np.isfinite(gradient(routed, huge))), scale
+
+
 def test_zero_activations_stay_finite():
     votes = np.random.default_rng(3).normal(size=(1, 10, 3, 16)).astype("float32")
     poses, acts = em_routing(votes, np.zeros((1, 10), "float32"), np.zeros(3), np.zeros(3))

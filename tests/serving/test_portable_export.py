@@ -138,6 +138,18 @@ def test_batch_size_is_free(exported):
 
 
 @requires_tensorflow
+def test_huge_inputs_get_finite_answers_as_in_keras(exported):
+    """Pixels of 1e22 give conv outputs whose squares overflow float32, if not scaled."""
+    model, path, run = exported
+    x = model_images(model, 3) * 1e22
+    outputs = model(x, training=False)
+    scores = keras.ops.convert_to_numpy(outputs.get("probabilities", outputs.get("activations")))
+    served = run(path, x)
+    assert np.all(np.isfinite(scores)) and np.all(np.isfinite(served["probabilities"]))
+    np.testing.assert_allclose(served["probabilities"], scores, atol=1e-4)
+
+
+@requires_tensorflow
 def test_onnx_runtime_refuses_a_wrong_image_size(tmp_path):
     needs("onnx")
     import onnxruntime
