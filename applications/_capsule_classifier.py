@@ -4,7 +4,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from applications._defaults import PortableCompile
 from applications._defaults import default_optimizer
+from applications._defaults import steps_per_execution
 from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
 from applications._losses import batch_mean
@@ -19,7 +21,12 @@ from keras_capsules.losses import ReconstructionLoss
 
 
 class CapsuleClassifier(
-    PresetMixin, PortableExport, CapsulePredictions, InputRangeCheck, keras.Model
+    PresetMixin,
+    PortableCompile,
+    PortableExport,
+    CapsulePredictions,
+    InputRangeCheck,
+    keras.Model,
 ):
     """A functional model from images to class capsules, trained on the margin loss.
 
@@ -96,6 +103,7 @@ class CapsuleClassifier(
         if compile:
             self.compile(
                 optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
+                steps_per_execution=steps_per_execution(),
                 metrics=self._default_metrics(),
             )
 

@@ -79,3 +79,43 @@ def default_optimizer(learning_rate, decay_steps, decay_rate):
             learning_rate, decay_steps=decay_steps, decay_rate=decay_rate
         )
     )
+
+
+STEPS_PER_EXECUTION = 32
+"""Training steps per call of the compiled step in the applications' default compile."""
+
+
+def steps_per_execution():
+    """`STEPS_PER_EXECUTION`, or 1 on PyTorch, whose Keras trainer runs one step per call.
+
+    At a small batch the work Keras does on the host around each call (the
+    callbacks, the logs, the data iterator) takes a large share of a step;
+    several steps per call share it. Each step computes what it computes alone.
+    """
+    return 1 if keras.backend.backend() == "torch" else STEPS_PER_EXECUTION
+
+
+class PortableCompile:
+    """Loads a compiled model saved on another backend: PyTorch runs one step per call.
+
+    A model compiled with `steps_per_execution > 1` on TensorFlow or JAX saves
+    that value in its compile config; on PyTorch Keras refuses it in `fit`,
+    `evaluate` and `predict`, so there the loaded model runs one step per call.
+    """
+
+    def compile_from_config(self, config):
+        if keras.backend.backend() == "torch" and (config or {}).get("steps_per_execution", 1) != 1:
+            config = {**config, "steps_per_execution": 1}
+        return super().compile_from_config(config)
+
+
+def compile_again(model, **changes):
+    """Compile `model` again as it is compiled, with `changes` to the arguments of `compile`.
+
+    The model keeps its optimizer, with its state (a resumed run's moments and
+    step count); the loss, metrics and every other argument come from its
+    compile config. E.g. `compile_again(model, steps_per_execution=1)`.
+    """
+    config = keras.saving.deserialize_keras_object(model.get_compile_config())
+    model.compile(**{**config, "optimizer": model.optimizer, **changes})
+    return model

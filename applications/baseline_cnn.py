@@ -2,8 +2,10 @@ import keras
 
 from applications._checks import check_positive_ints
 from applications._checks import image_shape
+from applications._defaults import PortableCompile
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
+from applications._defaults import steps_per_execution
 from applications._export import PortableExport
 from applications._inputs import PIXELS
 from applications._inputs import InputRangeCheck
@@ -14,7 +16,7 @@ POOLING = (None, "max")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class BaselineCNN(PortableExport, InputRangeCheck, keras.Model):
+class BaselineCNN(PortableCompile, PortableExport, InputRangeCheck, keras.Model):
     """The baseline CNN of Sabour et al. 2017, ready to `fit`.
 
     Three 5x5 convolutions with stride 1, "same" padding and ReLU (256, 256
@@ -153,6 +155,7 @@ class BaselineCNN(PortableExport, InputRangeCheck, keras.Model):
         if compile:
             self.compile(
                 optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
+                steps_per_execution=steps_per_execution(),
                 loss="sparse_categorical_crossentropy",
                 metrics=["accuracy"],
             )

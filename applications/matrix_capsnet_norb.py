@@ -4,8 +4,10 @@ from keras import ops
 
 from applications._checks import check_positive_ints
 from applications._checks import image_shape
+from applications._defaults import PortableCompile
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
+from applications._defaults import steps_per_execution
 from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
 from applications._inputs import check_rescale
@@ -23,7 +25,12 @@ from keras_capsules.losses import SpreadLoss
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class MatrixCapsNetNORB(
-    PresetMixin, PortableExport, CapsulePredictions, InputRangeCheck, keras.Model
+    PresetMixin,
+    PortableCompile,
+    PortableExport,
+    CapsulePredictions,
+    InputRangeCheck,
+    keras.Model,
 ):
     """The matrix capsule network of Hinton, Sabour, Frosst 2018 for smallNORB, ready to `fit`.
 
@@ -262,6 +269,7 @@ class MatrixCapsNetNORB(
         if compile:
             self.compile(
                 optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
+                steps_per_execution=steps_per_execution(),
                 metrics=["accuracy"],
             )
 

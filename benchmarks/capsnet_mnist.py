@@ -15,7 +15,10 @@ size, `ru_maxrss`, is per measurement):
 
 Throughput is images per second over `--steps` batches, timed by a callback
 from the end of the `--warmup`-th batch (the first batches include tracing and
-compilation) to the end of the last batch. `--precision mixed_bfloat16` sets
+compilation) to the end of the last batch. Both models run
+`--steps-per-execution` steps per call of their compiled step (by default the
+number CapsNetMNIST compiles itself with); both step counts are rounded up to
+whole calls. `--precision mixed_bfloat16` sets
 the global Keras dtype policy before either model is built.
 
 Prints a single JSON object on stdout; progress goes to stderr.
@@ -70,6 +73,13 @@ def parse_args(argv=None):
         default="float32",
         help="global Keras dtype policy set before building the models (float32)",
     )
+    p.add_argument(
+        "--steps-per-execution",
+        type=int,
+        default=None,
+        help="steps per call of the compiled step, for both models (default: the one "
+        "CapsNetMNIST compiles itself with); the step counts are rounded up to whole calls",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--repeats",
@@ -96,7 +106,11 @@ def _timer_callback():
     import numpy as np
 
     class BatchTimer(keras.callbacks.Callback):
-        """Wall time from the end of batch `warmup - 1` to the end of the last batch."""
+        """Wall time from the end of the call ending at batch `warmup - 1` to the last call's end.
+
+        With `steps_per_execution=N` Keras calls the hooks once per N batches,
+        with the call's first and last batch.
+        """
 
         def __init__(self, warmup):
             super().__init__()
@@ -104,6 +118,10 @@ def _timer_callback():
             self.start = None
             self.end = None
             self.timed_batches = 0
+            self._begin = 0
+
+        def _begin_call(self, batch):
+            self._begin = batch
 
         def _mark(self, batch, logs):
             # Materialise the step's results, so that an asynchronous device has finished it.
@@ -114,7 +132,13 @@ def _timer_callback():
                 self.start = now
             elif self.start is not None:
                 self.end = now
-                self.timed_batches += 1
+                self.timed_batches += batch - self._begin + 1
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._begin_call(batch)
+
+        def on_predict_batch_begin(self, batch, logs=None):
+            self._begin_call(batch)
 
         def on_train_batch_end(self, batch, logs=None):
             self._mark(batch, logs)
@@ -130,7 +154,7 @@ def _timer_callback():
     return BatchTimer
 
 
-def build_convs_only():
+def build_convs_only(steps_per_execution):
     """The two convolutions of CapsNet + a trivial classifier and loss, compiled like CapsNet."""
     import keras
 
@@ -152,6 +176,7 @@ def build_convs_only():
         optimizer=default_optimizer(1e-3, decay_steps=2000, decay_rate=0.96),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
     )
     return model
 
@@ -184,25 +209,36 @@ def _peak_gpu_mb():
     return None
 
 
+def _round_up(n, k):
+    return -(-n // k) * k
+
+
 def run_one(args):
     import keras
     import numpy as np
 
     keras.mixed_precision.set_global_policy(args.precision)
     keras.utils.set_random_seed(args.seed)
-    warmup = max(args.warmup, 1)
+    from applications._defaults import compile_again
+    from applications._defaults import steps_per_execution
+
+    per_call = args.steps_per_execution or steps_per_execution()
+    warmup = _round_up(max(args.warmup, 1), per_call)
     steps = args.steps if args.only != "inference" else (args.inference_steps or args.steps)
+    steps = _round_up(steps, per_call)
     n = args.batch * (warmup + steps)
     rng = np.random.default_rng(args.seed)
     x = rng.integers(0, 256, size=(n, 28, 28, 1), dtype=np.uint8)
     y = rng.integers(0, 10, size=(n,), dtype=np.int64)
 
     if args.only == "convs_only":
-        model = build_convs_only()
+        model = build_convs_only(per_call)
     else:
         from applications import CapsNetMNIST
 
         model = CapsNetMNIST()
+        if model.steps_per_execution != per_call:
+            compile_again(model, steps_per_execution=per_call)
     timer = _timer_callback()(warmup)
     log(
         f"[{args.only}] {model.name}: {model.count_params():,} parameters, "
@@ -218,6 +254,7 @@ def run_one(args):
         "measurement": args.only,
         "images_per_s": timer.images_per_s(args.batch),
         "timed_batches": timer.timed_batches,
+        "steps_per_execution": per_call,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "jit_compile": bool(model.jit_compile),
         "device": _device(),
@@ -252,6 +289,7 @@ def main(argv=None):
         "steps": args.steps,
         "inference_steps": args.inference_steps or args.steps,
         "warmup": max(args.warmup, 1),
+        "steps_per_execution": results["train"]["steps_per_execution"],
         "device": results["train"]["device"],
         "jit_compile": {k: v["jit_compile"] for k, v in results.items()},
         "train_images_per_s": train,

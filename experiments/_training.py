@@ -28,9 +28,13 @@ def budget_callback(seconds, max_steps=None, log_every=100):
     """A callback that stops `fit` after `seconds` of wall time or `max_steps` steps.
 
     It logs the training logs every `log_every` steps; `steps` and `seconds`
-    hold what it counted.
+    hold what it counted. With several steps per call of the compiled step
+    (`steps_per_execution`), it stops and logs at the end of the call that
+    reaches those counts.
     """
     import keras
+
+    from keras_capsules.callbacks._steps import steps_run
 
     class Budget(keras.callbacks.Callback):
         def __init__(self):
@@ -38,20 +42,37 @@ def budget_callback(seconds, max_steps=None, log_every=100):
             self.steps = 0
             self.start = None
             self.seconds = 0.0
+            self._begin = 0
 
         def on_train_begin(self, logs=None):
             self.start = time.perf_counter()
 
+        def on_train_batch_begin(self, batch, logs=None):
+            self._begin = batch
+
         def on_train_batch_end(self, batch, logs=None):
-            self.steps += 1
+            before = self.steps
+            self.steps += steps_run(self, self._begin, batch)
             self.seconds = time.perf_counter() - self.start
-            if self.steps % log_every == 0:
+            if self.steps // log_every > before // log_every:
                 shown = {k: round(float(v), 4) for k, v in (logs or {}).items()}
                 log(f"step {self.steps} ({self.seconds:.0f} s): {shown}")
             if self.seconds >= seconds or (max_steps is not None and self.steps >= max_steps):
                 self.model.stop_training = True
 
     return Budget()
+
+
+def one_step_per_call(model):
+    """Compile `model` again as it is compiled, with one training step per call.
+
+    The applications compile themselves with several steps per call, and a
+    callback sees only the last step of each; an experiment whose callbacks
+    act at exact steps runs one step per call.
+    """
+    from applications._defaults import compile_again
+
+    return compile_again(model, steps_per_execution=1)
 
 
 def device():

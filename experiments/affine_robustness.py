@@ -101,15 +101,22 @@ def match_callback(model_check, target, every):
     """Stop `fit` once `model_check()` (validation accuracy) reaches `target`."""
     import keras
 
+    from keras_capsules.callbacks._steps import steps_run
+
     class Match(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
             self.steps = 0
             self.checks = []
+            self._begin = 0
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._begin = batch
 
         def on_train_batch_end(self, batch, logs=None):
-            self.steps += 1
-            if self.steps % every:
+            before = self.steps
+            self.steps += steps_run(self, self._begin, batch)
+            if self.steps // every == before // every:
                 return
             value = model_check()
             self.checks.append((self.steps, round(value, 4)))

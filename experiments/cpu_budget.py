@@ -84,22 +84,28 @@ def run_one(name, data, args):
     batch_size = BATCH_SIZES[name]
     budget = args.minutes * 60.0
 
+    from keras_capsules.callbacks._steps import steps_run
+
     class Budget(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
             self.start, self.steps, self.after_warmup = time.perf_counter(), 0, None
+            self.warmup_steps, self._begin = 0, 0
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._begin = batch
 
         def on_train_batch_end(self, batch, logs=None):
-            self.steps += 1
+            self.steps += steps_run(self, self._begin, batch)
             now = time.perf_counter()
-            if self.steps == 5:
-                self.after_warmup = now
+            if self.after_warmup is None and self.steps >= 5:  # the first calls trace
+                self.after_warmup, self.warmup_steps = now, self.steps
             self.seconds = now - self.start
             if self.seconds >= budget:
                 self.model.stop_training = True
 
     clock = Budget()
     model.fit(x, y, batch_size=batch_size, epochs=1000, shuffle=True, verbose=0, callbacks=[clock])
-    warm_steps = clock.steps - 5
+    warm_steps = clock.steps - clock.warmup_steps
     images_per_s = (
         warm_steps * batch_size / (clock.start + clock.seconds - clock.after_warmup)
         if clock.after_warmup and warm_steps > 0

@@ -33,6 +33,7 @@ import time
 
 from _training import budget_callback
 from _training import log
+from _training import one_step_per_call
 
 MODELS = {"reduced": dict(A=32, B=8, C=8, D=8), "small": dict(A=64, B=8, C=16, D=16)}
 
@@ -84,6 +85,7 @@ def main(argv=None):
         inverse_temperature_schedule=args.schedule,
         inverse_temperature=args.inverse_temperature or routing.INVERSE_TEMPERATURE,
     )
+    one_step_per_call(model)  # evaluates at exact steps
     results = {"accuracy": {}, "first_non_finite_step": None}
     budget = budget_callback(math.inf, max_steps=eval_at[-1])
 

@@ -114,7 +114,10 @@ def parse_args(argv=None):
         help="largest test accuracy change, in points, for float16 weight storage",
     )
     parser.add_argument(
-        "--steps-per-execution", type=int, default=None, help="Keras compile option"
+        "--steps-per-execution",
+        type=int,
+        default=None,
+        help="training steps per call of the compiled step (the model's default: 32, 1 on PyTorch)",
     )
     parser.add_argument(
         "--smoke", action="store_true", help="600 training and 500 test images, 2 epochs"
@@ -259,6 +262,7 @@ def train(args, recipe, folder, progress):
     import keras
 
     import applications  # noqa: F401  (registers the models the checkpoint names)
+    from applications._defaults import compile_again
 
     keras.utils.set_random_seed(recipe["seed"] + progress["epochs_done"])
     (x, y), (x_test, y_test) = _load(recipe)
@@ -270,12 +274,7 @@ def train(args, recipe, folder, progress):
     else:
         model = _build(recipe, steps_per_epoch)
     if args.steps_per_execution:
-        model.compile(
-            optimizer=model.optimizer,
-            loss=model.loss,
-            metrics=["accuracy"],
-            steps_per_execution=args.steps_per_execution,
-        )
+        compile_again(model, steps_per_execution=args.steps_per_execution)
     session = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": _machine()}
     progress["sessions"].append(session)
     start = time.perf_counter()

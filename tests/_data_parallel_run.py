@@ -24,6 +24,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import applications  # noqa: E402
+from applications._defaults import compile_again  # noqa: E402
 from keras_capsules.datasets import mnist  # noqa: E402
 from keras_capsules.distribute import data_parallel  # noqa: E402
 
@@ -41,6 +42,7 @@ class StepLosses(keras.callbacks.Callback):
 
 
 def train(model, x, y):
+    compile_again(model, steps_per_execution=1)  # the callback sees every step
     record = StepLosses()
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[record])
     return record.losses, model.get_weights()

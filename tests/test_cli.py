@@ -15,6 +15,7 @@ from keras_capsules import cli
 from keras_capsules.cli import _model
 from keras_capsules.cli import _training
 from keras_capsules.cli import _types
+from tests.conftest import BACKEND
 from tests.conftest import requires_tensorflow
 
 TINY = [
@@ -166,6 +167,13 @@ def test_train_matrix_capsnet_mnist(tmp_path):
     assert cli.main(["evaluate", os.path.join(output, "model.keras"), "--test-size", "32"]) == 0
 
 
+@pytest.mark.skipif(BACKEND != "torch", reason="PyTorch runs one step per call")
+def test_train_refuses_several_steps_per_call_on_torch(tmp_path):
+    args = ["train", "capsnet-mnist", "--output", str(tmp_path), "--steps-per-execution", "2"]
+    with pytest.raises(SystemExit, match="--steps-per-execution must be 1 on the PyTorch"):
+        cli.main(args)
+
+
 def test_train_matrix_capsnet_norb_on_official_files(tmp_path, capsys):
     from keras_capsules.datasets import smallnorb
     from tests.datasets.test_smallnorb import make_split
@@ -200,13 +208,15 @@ def test_train_efficient_capsnet_mnist_and_continue_it(tmp_path, capsys):
     metrics = json.load(open(os.path.join(output, "metrics.json")))
     assert metrics["model"] == "efficient-capsnet-mnist" and metrics["batch_size"] == 16
     assert metrics["train_steps_this_session"] == 2 and metrics["nonfinite_loss_steps"] == 0
-    # More epochs continue the finished run from its model and optimizer.
-    assert cli.main(args + ["--epochs", "2"]) == 0
+    # More epochs continue the finished run from its model and optimizer, here with one
+    # step per call: how many steps a call runs does not change what the run trains.
+    assert cli.main(args + ["--epochs", "2", "--steps-per-execution", "1"]) == 0
     assert "Continuing the finished run from epoch 2" in capsys.readouterr().out
     assert epochs_logged(output) == [0, 1]
-    assert json.load(open(os.path.join(output, "metrics.json")))["epochs"] == 2
+    metrics = json.load(open(os.path.join(output, "metrics.json")))
+    assert metrics["epochs"] == 2 and metrics["train_steps_this_session"] == 2
     saved = _model.load_model(os.path.join(output, "model.keras"))
-    assert isinstance(saved, applications.EfficientCapsNet)
+    assert isinstance(saved, applications.EfficientCapsNet) and saved.steps_per_execution == 1
     assert int(saved.optimizer.iterations.numpy()) == 4
     schedule = saved.optimizer.get_config()["learning_rate"]["config"]
     # The paper's 5e-4, decayed by 0.97 per epoch: 2 steps of 16 of the 32 images.

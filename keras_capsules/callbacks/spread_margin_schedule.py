@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_capsules.callbacks._steps import steps_run
 from keras_capsules.losses.spread_loss import SpreadLoss
 
 
@@ -10,6 +11,8 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
     Before every batch the margin becomes `start + (end - start) * min(1,
     step / steps)`, `step` being the optimizer's iteration count, so the
     schedule resumes where it was after `BackupAndRestore` or a reloaded model.
+    A model compiled with `steps_per_execution=N` runs N steps per call of its
+    compiled step, and the margin is updated before each call.
 
     The margin updated is the model's `spread_margin` variable when it has one
     (a non-trainable weight, part of the compiled state on every backend),
@@ -57,6 +60,7 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
         self._total = None
         self._step = None
         self._assigned = None
+        self._begin = 0
 
     def margin_at(self, step):
         """The scheduled margin at optimizer step `step`."""
@@ -113,6 +117,7 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
         self._targets = [loss.margin for loss in spread]
 
     def on_train_batch_begin(self, batch, logs=None):
+        self._begin = batch
         if not self._targets:
             return
         if self._step is None:  # read here, after BackupAndRestore has restored it
@@ -127,7 +132,7 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self._step is not None:
-            self._step += 1
+            self._step += steps_run(self, self._begin, batch)
 
     def on_train_end(self, logs=None):
         self._step = None

@@ -16,7 +16,16 @@ from keras_capsules._atomic import replacing
 
 # Options that do not change what a run trains: they may differ between the
 # sessions of one run.
-SESSION_OPTIONS = ("command", "epochs", "output", "verbose", "data_dir", "test_size", "fresh")
+SESSION_OPTIONS = (
+    "command",
+    "epochs",
+    "output",
+    "verbose",
+    "data_dir",
+    "test_size",
+    "fresh",
+    "steps_per_execution",
+)
 RUN_FILES = ("backup", "model.keras", "metrics.json", "history.csv", "run.json")
 
 
@@ -62,9 +71,15 @@ def locked(output):
 
 
 def finite_loss_counter():
-    """A callback counting the training steps and those whose loss was NaN or infinite."""
+    """A callback counting the training steps and those whose loss was NaN or infinite.
+
+    With several steps per call of the compiled step, the logs are those of
+    the call's last step and stand for all of its steps.
+    """
     import keras
     import numpy as np
+
+    from keras_capsules.callbacks._steps import steps_run
 
     class FiniteLossCounter(keras.callbacks.Callback):
         """Counts the training steps and those whose loss was NaN or infinite."""
@@ -73,11 +88,16 @@ def finite_loss_counter():
             super().__init__()
             self.steps = 0
             self.nonfinite = 0
+            self._begin = 0
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._begin = batch
 
         def on_train_batch_end(self, batch, logs=None):
-            self.steps += 1
+            steps = steps_run(self, self._begin, batch)
+            self.steps += steps
             if logs and "loss" in logs and not np.isfinite(float(logs["loss"])):
-                self.nonfinite += 1
+                self.nonfinite += steps
 
     return FiniteLossCounter()
 

@@ -185,6 +185,13 @@ def add_parser(commands):
         help="data-parallel over every device: tf.distribute (TensorFlow), "
         "keras.distribution.DataParallel (JAX); TF_CONFIG selects multi-worker",
     )
+    train.add_argument(
+        "--steps-per-execution",
+        type=positive_int,
+        default=None,
+        help="training steps per call of the compiled step: each computes the same, the "
+        "callbacks and the progress bar see every N-th (the model's default: 32, 1 on PyTorch)",
+    )
     train.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     train.add_argument(
         "--fresh",
@@ -321,6 +328,14 @@ def run(args):
 def _run(args):
     import keras
 
+    from applications._defaults import compile_again
+
+    if (args.steps_per_execution or 1) > 1 and keras.backend.backend() == "torch":
+        raise SystemExit(
+            "keras-capsules train: --steps-per-execution must be 1 on the PyTorch backend, "
+            f"whose Keras trainer runs one step per call (got {args.steps_per_execution})"
+        )
+
     batch_size = args.batch_size
     finished = _training.previous_run(args)
     if finished and args.epochs <= finished:
@@ -353,6 +368,8 @@ def _run(args):
                 model = load_model(os.path.join(args.output, "model.keras"))
             else:
                 model = _build_model(args, steps_per_epoch=-(-train_count // batch_size))
+            if args.steps_per_execution not in (None, model.steps_per_execution):
+                compile_again(model, steps_per_execution=args.steps_per_execution)
             results, train_seconds, test_seconds, counter = _fit_and_evaluate(
                 args, model, dataset, test, train_count, batch_size, initial_epoch=finished
             )

@@ -1,5 +1,7 @@
 import warnings
 
+import keras
+import numpy as np
 import pytest
 
 import applications
@@ -52,3 +54,63 @@ def test_cpu_flags_reads_this_machine():
     assert isinstance(flags, frozenset)
     if flags:
         assert "sse2" in flags or "fp" in flags or "neon" in flags or "asimd" in flags
+
+
+# Steps per call of the compiled step -----------------------------------------
+
+TINY = dict(
+    conv_filters=8, primary_capsule_types=2, capsule_dim=4, decoder_units=(16,), iterations=2
+)
+not_on_torch = pytest.mark.skipif(
+    keras.backend.backend() == "torch", reason="PyTorch runs one step per call"
+)
+
+
+def test_default_compile_runs_several_steps_per_call_except_on_torch():
+    model = applications.CapsNetMNIST(**TINY)
+    expected = 1 if keras.backend.backend() == "torch" else _defaults.STEPS_PER_EXECUTION
+    assert model.steps_per_execution == expected > 0
+    assert applications.EfficientCapsNet().steps_per_execution == expected
+    assert applications.BaselineCNN().steps_per_execution == expected
+
+
+def _trained_weights(steps_per_execution, x, y):
+    keras.utils.set_random_seed(3)
+    model = applications.CapsNetMNIST(**TINY)
+    _defaults.compile_again(model, steps_per_execution=steps_per_execution)
+    model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    return model, model.get_weights()
+
+
+@not_on_torch
+def test_several_steps_per_call_train_the_same_weights_as_one():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(28, 28, 28, 1), dtype=np.uint8)  # 7 steps: 3 calls of 3
+    y = rng.integers(0, 10, size=28)
+    one, expected = _trained_weights(1, x, y)
+    three, weights = _trained_weights(3, x, y)
+    assert int(one.optimizer.iterations) == int(three.optimizer.iterations) == 14
+    for got, want in zip(weights, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_compile_again_keeps_the_optimizer_and_its_state():
+    model = applications.CapsNetMNIST(**TINY)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(8, 28, 28, 1), dtype=np.uint8)
+    model.fit(x, rng.integers(0, 10, size=8), batch_size=4, verbose=0)
+    optimizer, moments = model.optimizer, [v.numpy() for v in model.optimizer.variables]
+    _defaults.compile_again(model, steps_per_execution=1)
+    assert model.optimizer is optimizer and model.steps_per_execution == 1
+    for got, want in zip(model.optimizer.variables, moments):
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert model.get_compile_config()["metrics"] == ["accuracy"]
+
+
+def test_a_saved_compile_with_several_steps_per_call_loads_on_every_backend(tmp_path):
+    model = applications.CapsNetMNIST(**TINY)
+    config = {**model.get_compile_config(), "steps_per_execution": 32}
+    model.compile_from_config(config)  # as load_model does with a file saved elsewhere
+    expected = 1 if keras.backend.backend() == "torch" else 32
+    assert model.steps_per_execution == expected
+    model.predict(np.zeros((2, 28, 28, 1), "uint8"), verbose=0)

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import applications
+from applications._defaults import compile_again
 from keras_capsules.callbacks import SpreadMarginSchedule
 from keras_capsules.losses import SpreadLoss
 from tests.conftest import BACKEND
@@ -11,9 +12,11 @@ from tests.conftest import BACKEND
 def tiny_model():
     # One EM iteration: the margin is a matter of the loss, not of routing, and each
     # test compiles the training step anew once or twice (on JAX, 5 s less each).
-    return applications.MatrixCapsNetNORB(
+    # One step per call, so that the callbacks see every step.
+    model = applications.MatrixCapsNetNORB(
         A=8, B=2, C=2, D=2, iterations=1, input_shape=(20, 20, 1), num_classes=3
     )
+    return compile_again(model, steps_per_execution=1)
 
 
 def data(n=32):
@@ -93,6 +96,20 @@ def test_updates_a_compiled_spread_loss():
         callbacks=[SpreadMarginSchedule(0.2, 0.9, steps=3)],
     )
     assert float(keras.ops.convert_to_numpy(loss.margin)) == pytest.approx(0.9, abs=1e-3)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="a constant of a JAX step; PyTorch: 1 per call")
+def test_counts_every_step_of_a_call_running_several():
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="sigmoid")(inputs))
+    loss = SpreadLoss()
+    model.compile(optimizer="sgd", loss=loss, steps_per_execution=3)
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    schedule = SpreadMarginSchedule(0.2, 0.9, steps=8)
+    # 4 steps in two calls, of 3 and 1: the second call starts at step 3.
+    model.fit(x, np.arange(16) % 3, batch_size=4, epochs=1, verbose=0, callbacks=[schedule])
+    margin = float(keras.ops.convert_to_numpy(loss.margin))
+    assert margin == pytest.approx(0.2 + 0.7 * 3 / 8, abs=1e-3)
 
 
 def test_errors():
