@@ -23,6 +23,51 @@ import os
 
 import keras
 
+MULTI_PROCESS_VARIABLE = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
+"""Set, with `KERAS_DISTRIBUTION_NUM_PROCESSES` and `_PROCESS_ID`: JAX runs across processes."""
+
+
+def process_index():
+    """This process's index among the processes of a run: 0 on one machine, and for the chief.
+
+    JAX's process index once `data_parallel()` has joined the processes;
+    before, and for TensorFlow, the index `KERAS_DISTRIBUTION_PROCESS_ID` or
+    `TF_CONFIG` names (0 when neither is set).
+    """
+    if keras.backend.backend() == "jax" and _jax_processes_initialized():
+        import jax
+
+        return jax.process_index()
+    if MULTI_PROCESS_VARIABLE in os.environ:
+        return int(os.environ.get("KERAS_DISTRIBUTION_PROCESS_ID", "0"))
+    if "TF_CONFIG" in os.environ:
+        import json
+
+        task = json.loads(os.environ["TF_CONFIG"]).get("task", {})
+        return 0 if task.get("type") == "chief" else int(task.get("index", 0))
+    return 0
+
+
+def _jax_processes_initialized():
+    import jax
+
+    return jax.distributed.is_initialized()
+
+
+def _initialize_jax_processes():
+    """Join this process to the others (`keras.distribution.initialize`), once.
+
+    On CPUs the processes exchange gradients through Gloo, JAX's collectives
+    for CPU, which must be chosen before JAX starts its backend.
+    """
+    if _jax_processes_initialized():
+        return
+    import jax
+
+    if jax.config.jax_platforms in (None, "", "cpu"):
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    keras.distribution.initialize()
+
 
 def replicas_in_sync():
     """Replicas a loss is summed over: `tf.distribute`'s count, else 1.
@@ -62,9 +107,13 @@ def data_parallel(devices=None, multi_worker=None):
             `["/cpu:0", "/cpu:1"]`) or JAX devices; `None` uses every device
             the backend sees (all GPUs; the CPU once, unless split into
             logical devices).
-        multi_worker: TensorFlow only: use `MultiWorkerMirroredStrategy`,
-            configured by the `TF_CONFIG` environment variable; by default it
-            is used when `TF_CONFIG` is set.
+        multi_worker: train across processes, one per machine. TensorFlow:
+            `MultiWorkerMirroredStrategy`, configured by `TF_CONFIG` (by
+            default when it is set). JAX: `keras.distribution.initialize()`
+            first, configured by `KERAS_DISTRIBUTION_JOB_ADDRESSES`,
+            `KERAS_DISTRIBUTION_NUM_PROCESSES` and
+            `KERAS_DISTRIBUTION_PROCESS_ID` (by default when the first is
+            set), then `DataParallel` over the devices of all processes.
 
     Yields:
         The `tf.distribute.Strategy` or `keras.distribution.DataParallel`.
@@ -98,11 +147,15 @@ def data_parallel(devices=None, multi_worker=None):
         with strategy.scope():
             yield strategy
     elif backend == "jax":
+        if multi_worker is None:
+            multi_worker = MULTI_PROCESS_VARIABLE in os.environ
         if multi_worker:
-            raise ValueError(
-                "`multi_worker` is a TensorFlow option; on JAX, start every process with "
-                "`keras.distribution.initialize()` and use `data_parallel()` in each."
-            )
+            if devices is not None:
+                raise ValueError(
+                    "`devices` cannot be combined with `multi_worker`: the distribution "
+                    "spans every device of every process."
+                )
+            _initialize_jax_processes()
         distribution = keras.distribution.DataParallel(devices=devices)
         with distribution.scope():
             yield distribution

@@ -183,7 +183,8 @@ def add_parser(commands):
         "--distribute",
         action="store_true",
         help="data-parallel over every device: tf.distribute (TensorFlow), "
-        "keras.distribution.DataParallel (JAX); TF_CONFIG selects multi-worker",
+        "keras.distribution.DataParallel (JAX; across processes when "
+        "KERAS_DISTRIBUTION_JOB_ADDRESSES is set)",
     )
     train.add_argument(
         "--steps-per-execution",
@@ -289,9 +290,14 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
         callbacks.append(SpreadMarginSchedule(0.2, 0.9, steps=steps))
     counter = _training.finite_loss_counter()
     callbacks.append(counter)
+    multi_process = _multi_process(args)
+    steps_per_epoch = None
+    if multi_process:  # Keras's distribution of the data set loses its length
+        dataset, steps_per_epoch = dataset.repeat(), -(-train_count // batch_size)
     start = time.time()
     model.fit(
         dataset,
+        steps_per_epoch=steps_per_epoch,
         epochs=args.epochs,
         initial_epoch=initial_epoch,
         callbacks=callbacks,
@@ -301,16 +307,24 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
     train_seconds = time.time() - start  # the model saver saved model.keras each epoch
 
     start = time.time()
+    if isinstance(test, tuple) and multi_process:
+        import tensorflow as tf  # Keras's data for processes of one run: a tf.data.Dataset
+
+        test = tf.data.Dataset.from_tensor_slices(test).batch(batch_size)
     if isinstance(test, tuple):
         results = model.evaluate(*test, batch_size=batch_size, verbose=0, return_dict=True)
     else:
-        results = model.evaluate(test, verbose=0, return_dict=True)
+        steps = len(test) if multi_process else None  # known before Keras distributes it
+        results = model.evaluate(test, steps=steps, verbose=0, return_dict=True)
     return results, train_seconds, time.time() - start, counter
 
 
 def run(args):
     """Run `keras-capsules train` with parsed arguments; return the exit status."""
     resolve_defaults(args)
+    worker_folder = _worker_folder(args)
+    if worker_folder is not None:
+        args.output = worker_folder
     os.makedirs(args.output, exist_ok=True)
     check_writable(args.output)  # before training, not after it
     with _training.locked(args.output):  # one run at a time in a folder
@@ -325,6 +339,43 @@ def run(args):
             ) from None
 
 
+def _multi_process(args):
+    """Whether this process trains with others (JAX's multi-process data parallelism)."""
+    from keras_capsules import distribute
+
+    return args.distribute and distribute.MULTI_PROCESS_VARIABLE in os.environ
+
+
+def _worker_folder(args):
+    """Where a process other than the chief of a multi-process run keeps its run, or None.
+
+    Every process trains the same replicated model and keeps the files a run
+    needs to resume and continue: the chief (process 0) in `--output`, which
+    holds the run's model and metrics, and process N in `OUTPUT/.worker-N`.
+    TensorFlow's multi-worker training is refused: Keras 3's `fit` cannot run
+    `MultiWorkerMirroredStrategy`.
+    """
+    from keras_capsules import distribute
+
+    if not args.distribute:
+        return None
+    import keras
+
+    if keras.backend.backend() == "tensorflow" and "TF_CONFIG" in os.environ:
+        raise SystemExit(
+            "keras-capsules train: --distribute across processes (TF_CONFIG) does not work on "
+            "TensorFlow: Keras 3's fit cannot train with MultiWorkerMirroredStrategy (it fails "
+            "reducing the first batch and the step's logs across workers; "
+            "github.com/tensorflow/tensorflow/issues/72388). Train across processes with "
+            "KERAS_BACKEND=jax and KERAS_DISTRIBUTION_JOB_ADDRESSES (docs/data-parallel.md), or "
+            "unset TF_CONFIG to train on this machine's devices."
+        )
+    if distribute.MULTI_PROCESS_VARIABLE not in os.environ:
+        return None
+    index = distribute.process_index()
+    return None if index == 0 else os.path.join(args.output, f".worker-{index}")
+
+
 def _run(args):
     import keras
 
@@ -335,6 +386,12 @@ def _run(args):
             "keras-capsules train: --steps-per-execution must be 1 on the PyTorch backend, "
             f"whose Keras trainer runs one step per call (got {args.steps_per_execution})"
         )
+    if (args.steps_per_execution or 1) > 1 and _multi_process(args):
+        raise SystemExit(
+            "keras-capsules train: --steps-per-execution must be 1 across processes: each "
+            "process runs one step per call there, and Keras would run whole calls past the "
+            f"end of an epoch (got {args.steps_per_execution})"
+        )
 
     batch_size = args.batch_size
     finished = _training.previous_run(args)
@@ -344,19 +401,23 @@ def _run(args):
             f"Pass --epochs above {finished} to continue it, or --fresh to start over."
         )
         return 0
-    if args.seed is not None:
-        keras.utils.set_random_seed(args.seed)
-    dataset, test, train_count, test_count = _datasets(args, batch_size)
-    write_json(os.path.join(args.output, "run.json"), {"options": _training.run_config(args)})
-    previous_policy = keras.mixed_precision.dtype_policy()
-    keras.mixed_precision.set_dtype_policy(args.precision)
     scope = contextlib.nullcontext()
     if args.distribute:
         from keras_capsules.distribute import data_parallel
 
+        # First: TensorFlow configures a multi-worker strategy's collectives only
+        # before anything else has started its runtime (the seed, the data sets).
         scope = data_parallel()
+    previous_policy = keras.mixed_precision.dtype_policy()
     try:
         with scope as engine:
+            if args.seed is not None:
+                keras.utils.set_random_seed(args.seed)
+            dataset, test, train_count, test_count = _datasets(args, batch_size)
+            write_json(
+                os.path.join(args.output, "run.json"), {"options": _training.run_config(args)}
+            )
+            keras.mixed_precision.set_dtype_policy(args.precision)
             replicas = 1
             if engine is not None:
                 replicas = getattr(engine, "num_replicas_in_sync", None) or int(
@@ -368,8 +429,9 @@ def _run(args):
                 model = load_model(os.path.join(args.output, "model.keras"))
             else:
                 model = _build_model(args, steps_per_epoch=-(-train_count // batch_size))
-            if args.steps_per_execution not in (None, model.steps_per_execution):
-                compile_again(model, steps_per_execution=args.steps_per_execution)
+            steps_per_execution = 1 if _multi_process(args) else args.steps_per_execution
+            if steps_per_execution not in (None, model.steps_per_execution):
+                compile_again(model, steps_per_execution=steps_per_execution)
             results, train_seconds, test_seconds, counter = _fit_and_evaluate(
                 args, model, dataset, test, train_count, batch_size, initial_epoch=finished
             )

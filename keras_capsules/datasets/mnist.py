@@ -144,4 +144,9 @@ def training_pipeline(x, y, batch_size=100, max_shift=2, shuffle=True, seed=None
         ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
+    # Batched again, so that the batch is the pipeline's last step: `tf.distribute`
+    # and Keras's distribution read the batch size there (same batches, same images).
+    batches = -(-len(x) // batch_size)
+    dataset = dataset.unbatch().batch(batch_size)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return dataset.prefetch(tf.data.AUTOTUNE)
