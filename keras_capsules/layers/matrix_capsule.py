@@ -176,7 +176,9 @@ class MatrixCapsule(keras.layers.Layer):
         # votes[b, s, j, i] = pose[b, s, i] @ W[i, j]: one (batch sites 4 x 4) @
         # (4 x types 4) product per input, then one transpose to routing's layout
         # (15% faster than the equivalent einsum on TensorFlow's CPU kernels).
-        lhs = ops.reshape(ops.transpose(child_poses, (2, 0, 1, 3, 4)), (num_inputs, -1, 4))
+        lhs = ops.reshape(
+            ops.transpose(child_poses, (2, 0, 1, 3, 4)), (num_inputs, batch * sites * 4, 4)
+        )
         rhs = ops.reshape(ops.transpose(kernel, (0, 2, 1, 3)), (num_inputs, 4, -1))
         votes = ops.reshape(
             ops.matmul(lhs, rhs), (num_inputs, batch, sites, 4, self.capsule_types, 4)

@@ -76,7 +76,9 @@ def normalize_over_positions(logits, children, parents_of, normalization="types_
     """
     check_choice("normalization", normalization, NORMALIZATIONS)
     shape = ops.shape(logits)
-    batch, sites, patch = shape[0], shape[1], shape[3]
+    # Every size but the batch's is given: a reshape to -1 is ambiguous for an
+    # empty batch in ONNX Runtime and LiteRT.
+    batch, sites, patch, types = shape[0], shape[1], shape[3], shape[4]
     if normalization == "types_and_positions":
         # Per patch entry: log-sum-exp over the output types of its site.
         local = ops.logsumexp(logits, axis=2)  # (batch, sites, patch, types)
@@ -84,13 +86,13 @@ def normalize_over_positions(logits, children, parents_of, normalization="types_
     else:
         local = ops.transpose(logits, (0, 1, 3, 2, 4))  # (batch, sites, patch, outputs, types)
         groups = shape[2]
-    local = ops.reshape(local, (batch, sites * patch, -1))
+    local = ops.reshape(local, (batch, sites * patch, groups * types))
     padding = ops.full((batch, 1, ops.shape(local)[2]), -1e30, dtype=local.dtype)
     local = ops.concatenate([local, padding], axis=1)
     # Per child: log-sum-exp over the patch entries that read it.
     per_child = ops.logsumexp(ops.take(local, parents_of, axis=1), axis=2)
     per_entry = ops.take(per_child, children, axis=1)  # (batch, sites * patch, groups * types)
     if groups == 1:
-        return logits - ops.reshape(per_entry, (batch, sites, 1, patch, -1))
-    per_entry = ops.reshape(per_entry, (batch, sites, patch, groups, -1))
+        return logits - ops.reshape(per_entry, (batch, sites, 1, patch, types))
+    per_entry = ops.reshape(per_entry, (batch, sites, patch, groups, types))
     return logits - ops.transpose(per_entry, (0, 1, 3, 2, 4))

@@ -138,6 +138,17 @@ def test_batch_size_is_free(exported):
 
 
 @requires_tensorflow
+def test_an_empty_batch_gets_empty_answers(exported):
+    model, path, run = exported
+    if path.endswith(".tflite"):
+        pytest.skip("LiteRT's XNNPack delegate cannot resize its tensors to a batch of 0")
+    served = run(path, model_images(model, 1)[:0])
+    classes = model.num_classes
+    assert served["probabilities"].shape == (0, classes) and served["classes"].shape == (0,)
+    assert served["poses"].shape[:2] == (0, classes)
+
+
+@requires_tensorflow
 def test_huge_inputs_get_finite_answers_as_in_keras(exported):
     """Pixels of 1e22 give conv outputs whose squares overflow float32, if not scaled."""
     model, path, run = exported
