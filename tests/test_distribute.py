@@ -106,6 +106,7 @@ def _free_port():
 
 def _train(output, options, process=None, port=None, log=None):
     """Start `keras-capsules train` on JAX: alone, or as process `process` of two."""
+    pytest.importorskip("jax")
     env = dict(os.environ, KERAS_BACKEND="jax")
     args = [*TRAIN, *options, "--output", str(output)]
     if process is not None:
@@ -149,7 +150,8 @@ def _weights(path):
     return keras.saving.load_model(path, compile=False).get_weights()
 
 
-@pytest.mark.skipif(BACKEND != "jax", reason="JAX's processes (TensorFlow's: refused, below)")
+# The processes run JAX whatever the suite's backend; slow, so one lane runs them.
+@pytest.mark.slow
 def test_two_processes_train_as_one_on_the_same_global_batch(tmp_path):
     """Two JAX processes joined on loopback (Gloo) give the one-process losses and weights.
 
@@ -182,7 +184,7 @@ def test_two_processes_train_as_one_on_the_same_global_batch(tmp_path):
     assert os.path.exists(tmp_path / "two" / ".worker-1" / "model.keras")
 
 
-@pytest.mark.skipif(BACKEND != "jax", reason="JAX's processes")
+@pytest.mark.slow
 def test_a_killed_process_resumes_with_the_other_from_their_backups(tmp_path):
     """SIGKILL one of two processes in the second epoch; the same two commands resume the run."""
     options = ["--train-size", "640", "--epochs", "3"]
