@@ -126,7 +126,7 @@ def _train(output, options, process=None, port=None, log=None):
     )
 
 
-def _finish(processes, timeout=300):
+def _finish(processes, timeout=600):
     for process in processes:
         try:
             process.wait(timeout=timeout)
@@ -168,6 +168,7 @@ def test_two_processes_train_as_one_on_the_same_global_batch(tmp_path):
     for log in logs:
         log.close()
     assert statuses == [0, 0], (tmp_path / "process-1.log").read_text()[-3000:]
+    assert "Process 1 of 2: waiting for the others" in (tmp_path / "process-1.log").read_text()
     one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert sorted(two) == [0, 1]
     np.testing.assert_allclose([two[0], two[1]], [one[0], one[1]], rtol=1e-5)
@@ -192,7 +193,7 @@ def test_a_killed_process_resumes_with_the_other_from_their_backups(tmp_path):
     port = _free_port()
     logs = [open(tmp_path / f"first-{i}.log", "w") for i in (0, 1)]
     first = [_train(output, options, i, port, logs[i]) for i in (0, 1)]
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     while len(_losses(output) if os.path.exists(output / "history.csv") else {}) < 1:
         if time.monotonic() > deadline or any(p.poll() is not None for p in first):
             for p in first:
@@ -205,7 +206,7 @@ def test_a_killed_process_resumes_with_the_other_from_their_backups(tmp_path):
     first[1].send_signal(signal.SIGKILL)
     # The chief learns that its peer died from JAX's coordination service and ends.
     try:
-        first[0].wait(timeout=120)
+        first[0].wait(timeout=300)
     except subprocess.TimeoutExpired:
         first[0].kill()
         pytest.fail("the chief kept waiting for its killed peer")

@@ -408,6 +408,13 @@ def _run(args):
         # First: TensorFlow configures a multi-worker strategy's collectives only
         # before anything else has started its runtime (the seed, the data sets).
         scope = data_parallel()
+        if _multi_process(args):
+            print(
+                f"Process {os.environ.get('KERAS_DISTRIBUTION_PROCESS_ID', '0')} of "
+                f"{os.environ.get('KERAS_DISTRIBUTION_NUM_PROCESSES', '?')}: waiting for the "
+                f"others at {os.environ['KERAS_DISTRIBUTION_JOB_ADDRESSES']}",
+                flush=True,
+            )
     previous_policy = keras.mixed_precision.dtype_policy()
     try:
         with scope as engine:
