@@ -18,7 +18,9 @@ images, for `--duration` seconds per scenario:
 
 Every answer of the other scenarios must be a 200; the counts of others are
 reported. `--scenarios` picks some, e.g. the robustness figure of the serving
-guide: `--model small --clients 16 --duration 60 --scenarios mixed`. Prints one JSON
+guide: `--model small --clients 16 --duration 60 --scenarios mixed --slowloris 200
+--png-bombs 2`, where 200 connections trickle their headers a byte a second
+and 2 clients post a PNG bomb in a loop beside the 16. Prints one JSON
 object on stdout (requests/s, images/s, p50/p90/p99 latency in ms, per
 scenario); progress goes to stderr.
 
@@ -55,6 +57,10 @@ def post(port, path, body, answer=False):
         connection.close()
 
 
+PNG_BOMB = 7
+"""Index of the PNG bomb among `bad_requests`."""
+
+
 def bad_requests(images):
     """Bodies the server must answer with a 400, one of each kind."""
     import base64
@@ -84,10 +90,13 @@ def bad_requests(images):
     return [b if isinstance(b, bytes) else json.dumps(b).encode() for b in bodies]
 
 
-def drive_mixed(port, name, good, expected, bad, clients, duration, bad_fraction):
+def drive_mixed(
+    port, name, good, expected, bad, clients, duration, bad_fraction, slowloris=0, bombers=0
+):
     path = f"/v1/models/{name}:predict"
     latencies, statuses, wrong, bad_not_400 = [], [], [], []
     stop = time.perf_counter() + duration
+    hostile, counts = hostile_load(port, path, bad[PNG_BOMB], slowloris, bombers, stop)
 
     def client(seed):
         rng = np.random.default_rng(seed)
@@ -106,15 +115,61 @@ def drive_mixed(port, name, good, expected, bad, clients, duration, bad_fraction
                 wrong.append(status)
 
     elapsed = run_clients(client, clients)
+    for thread in hostile:
+        thread.join(timeout=10)
     return {
         "clients": clients,
         "bad_fraction": bad_fraction,
+        "slowloris_connections": slowloris,
+        "png_bomb_clients": bombers,
+        **(counts if slowloris or bombers else {}),
         "good_requests": len(latencies),
         "good_requests_per_s": round(len(latencies) / elapsed, 2),
         **percentiles(latencies),
         "wrong_answers": len(wrong),
         "bad_not_400": len(bad_not_400),
     }
+
+
+def hostile_load(port, path, bomb, slowloris, bombers, stop):
+    """Beside the clients until `stop`: a slowloris and PNG bombs; the threads and their counts.
+
+    `slowloris` connections each send a request's headers one byte a second,
+    reconnecting when the server closes them; `bombers` threads post the PNG
+    bomb's body in a loop, each answer expected to be a 400.
+    """
+    import socket
+
+    counts = {"slowloris_closed_by_server": 0, "bombs": 0, "bombs_not_400": 0}
+    lock = threading.Lock()
+    header = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n".encode()
+
+    def trickle():
+        while time.perf_counter() < stop:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
+                    for i in range(len(header)):
+                        if time.perf_counter() >= stop:
+                            return
+                        connection.sendall(header[i : i + 1])
+                        time.sleep(1.0)
+            except OSError:  # closed by the server: slow clients lose their connection
+                with lock:
+                    counts["slowloris_closed_by_server"] += 1
+                time.sleep(0.1)
+
+    def bomber():
+        while time.perf_counter() < stop:
+            status = post(port, path, bomb)
+            with lock:
+                counts["bombs"] += 1
+                counts["bombs_not_400"] += status != 400
+
+    threads = [threading.Thread(target=trickle, daemon=True) for _ in range(slowloris)]
+    threads += [threading.Thread(target=bomber, daemon=True) for _ in range(bombers)]
+    for thread in threads:
+        thread.start()
+    return threads, counts
 
 
 def drive(port, name, body, clients, duration):
@@ -167,6 +222,15 @@ def main(argv=None):
     p.add_argument("--bad-fraction", type=float, default=0.3, help="mixed: bad requests (0.3)")
     p.add_argument(
         "--scenarios", default="single,single_concurrent,batched,batched_concurrent,mixed"
+    )
+    p.add_argument(
+        "--slowloris",
+        type=int,
+        default=0,
+        help="mixed: connections trickling their headers a byte a second beside the clients (0)",
+    )
+    p.add_argument(
+        "--png-bombs", type=int, default=0, help="mixed: clients posting a PNG bomb in a loop (0)"
     )
     args = p.parse_args(argv)
 
@@ -236,6 +300,8 @@ def main(argv=None):
                 args.clients,
                 args.duration,
                 args.bad_fraction,
+                args.slowloris,
+                args.png_bombs,
             )
             log(json.dumps(results["mixed"]))
     finally:
