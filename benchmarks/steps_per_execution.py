@@ -9,9 +9,10 @@ the same thing. This script measures the applications' training throughput
 for each model, batch size and `steps_per_execution` given, each measurement
 in its own process, on in-memory random uint8 images with integer labels.
 
-Throughput is images per second over the timed steps, measured by a callback
-from the end of the call that finishes the `--warmup` steps (tracing and
-compilation included before it) to the end of the last one. The step counts
+Throughput is images per second over the timed steps, measured by
+`capsnet_mnist.py`'s callback from the end of the call that finishes the
+`--warmup` steps (tracing and compilation included before it) to the end of
+the last one. The step counts
 are rounded up to whole calls. `default` in `--steps-per-execution` stands for
 the value the model compiles itself with on the running backend; PyTorch runs
 one step per call.
@@ -35,9 +36,9 @@ import os
 import resource
 import statistics
 import sys
-import time
 
-from _child import run_child
+from _child import run_alternating
+from capsnet_mnist import _timer_callback
 
 MODELS = ("efficient_capsnet", "capsnet_mnist")
 
@@ -77,38 +78,6 @@ def parse_args(argv=None):
 # Child: one measurement.
 
 
-def _timer(warmup):
-    import keras
-    import numpy as np
-
-    class CallTimer(keras.callbacks.Callback):
-        """Wall time from the end of the call that completes `warmup` steps to the last call."""
-
-        def __init__(self):
-            super().__init__()
-            self.start = None
-            self.end = None
-            self.timed_steps = 0
-            self._begin = 0
-
-        def on_train_batch_begin(self, batch, logs=None):
-            self._begin = batch
-
-        def on_train_batch_end(self, batch, logs=None):
-            # Materialise the call's results, so that an asynchronous device has finished it.
-            if logs:
-                keras.tree.map_structure(np.asarray, logs)
-            now = time.perf_counter()
-            if self.start is None:
-                if batch >= warmup - 1:
-                    self.start = now
-                return
-            self.end = now
-            self.timed_steps += batch - self._begin + 1
-
-    return CallTimer()
-
-
 def _round_up(n, k):
     return -(-n // k) * k
 
@@ -138,20 +107,20 @@ def run_one(args):
     rng = np.random.default_rng(args.seed)
     x = rng.integers(0, 256, size=(n, 28, 28, 1), dtype=np.uint8)
     y = rng.integers(0, 10, size=(n,), dtype=np.int64)
-    timer = _timer(warmup)
+    timer = _timer_callback()(warmup)
     log(
         f"[{args.only}] {model.name}: {warmup} warm-up + {steps} timed steps of {batch}, "
         f"{spe} per call"
     )
     model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
-    images_per_s = timer.timed_steps * batch / (timer.end - timer.start)
+    images_per_s = timer.images_per_s(batch)
     result = {
         "model": model_name,
         "batch": batch,
         "steps_per_execution": spe,
         "is_default": spe == default,
         "images_per_s": round(images_per_s, 1),
-        "timed_steps": timer.timed_steps,
+        "timed_steps": timer.timed_batches,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
     }
     log(f"[{args.only}] {images_per_s:.1f} images/s")
@@ -173,12 +142,7 @@ def main(argv=None):
         for batch in _ints(args.batches)
         for spe in args.steps_per_execution.split(",")
     ]
-    runs = {setting: [] for setting in settings}
-    for repeat in range(max(args.repeats, 1)):
-        for setting in settings:
-            log(f"== {setting}, repeat {repeat + 1} of {max(args.repeats, 1)} ==")
-            child = argparse.Namespace(**{**vars(args), "only": setting})
-            runs[setting].append(run_child(os.path.abspath(__file__), child, setting))
+    runs = run_alternating(os.path.abspath(__file__), args, settings, args.repeats)
     rows = []
     for results in runs.values():
         first = results[0]
