@@ -1,7 +1,5 @@
 """The applications' argument checks: each `ValueError` names the argument."""
 
-import warnings
-
 
 def _is_positive_int(value):
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
@@ -23,21 +21,3 @@ def image_shape(input_shape):
         "`input_shape` must be (height, width, channels) of positive integers. "
         f"Received: input_shape={shape!r}"
     )
-
-
-def take_renamed(kwargs, renames, owner):
-    """Pop the arguments passed under an old name: `{new_name: value}` for each found.
-
-    `renames` maps each old name to its new one; every one found warns
-    (`DeprecationWarning`) that it is now called otherwise.
-    """
-    found = {}
-    for old, new in renames.items():
-        if old in kwargs:
-            warnings.warn(
-                f"{owner}: the argument `{old}` is now called `{new}`.",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            found[new] = kwargs.pop(old)
-    return found

@@ -1,7 +1,5 @@
 """`predict` with Keras's signature, and the capsule outputs through their own methods."""
 
-import warnings
-
 
 class CapsulePredictions:
     """A mixin for models whose outputs are a dict of class scores and class poses.
@@ -36,28 +34,10 @@ class CapsulePredictions:
         """
         return self.predict_outputs(x, batch_size, verbose, steps, callbacks)["poses"]
 
-    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None, **kwargs):
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """The class scores, `(n, num_classes)`, like `keras.Model.predict`.
 
         `predict_poses` gives the class capsules' poses and `predict_outputs`
-        every output. The `outputs=` argument of earlier versions still works
-        and warns (`DeprecationWarning`).
+        every output.
         """
-        outputs = kwargs.pop("outputs", None)
-        if kwargs:
-            raise TypeError(f"predict() got unexpected keyword arguments: {sorted(kwargs)}")
-        if outputs is None:
-            return self.predict_outputs(x, batch_size, verbose, steps, callbacks)[self.SCORES]
-        warnings.warn(
-            "predict(outputs=...) is deprecated: use predict() for the class scores, "
-            "predict_poses() for the poses and predict_outputs() for both.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if outputs not in (self.SCORES, "poses", "all"):
-            raise ValueError(
-                f'`outputs` must be "{self.SCORES}", "poses" or "all". '
-                f"Received: outputs={outputs!r}"
-            )
-        result = self.predict_outputs(x, batch_size, verbose, steps, callbacks)
-        return result if outputs == "all" else result[outputs]
+        return self.predict_outputs(x, batch_size, verbose, steps, callbacks)[self.SCORES]

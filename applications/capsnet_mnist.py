@@ -4,7 +4,6 @@ from applications._capsule_classifier import CapsuleClassifier
 from applications._capsule_classifier import check_reconstruction_weight
 from applications._checks import check_positive_ints
 from applications._checks import image_shape
-from applications._checks import take_renamed
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
@@ -42,13 +41,12 @@ class CapsNetMNIST(CapsuleClassifier):
         num_classes: number of class capsules (10).
         conv_filters: filters of Conv1 (256).
         conv_kernel_size: kernel size of Conv1 (9).
-        primary_capsule_types: primary capsule types (32; formerly
-            `primary_capsules`).
+        primary_capsule_types: primary capsule types (32).
         primary_capsule_dim: dimensions of a primary capsule (8).
         primary_kernel_size: kernel size of the primary capsule convolution (9).
         primary_strides: strides of the primary capsule convolution (2).
         capsule_dim: dimensions of a class capsule (16).
-        iterations: routing iterations (3; formerly `routings`).
+        iterations: routing iterations (3).
         stop_gradient: stop gradients through the inner routing iterations
             (`False`, as the paper).
         decoder_units: hidden layer sizes of the decoder, `(512, 1024)`; `None`
@@ -104,13 +102,6 @@ class CapsNetMNIST(CapsuleClassifier):
         name="capsnet_mnist",
         **kwargs,
     ):
-        renamed = take_renamed(
-            kwargs,
-            {"primary_capsules": "primary_capsule_types", "routings": "iterations"},
-            type(self).__name__,
-        )
-        primary_capsule_types = renamed.get("primary_capsule_types", primary_capsule_types)
-        iterations = renamed.get("iterations", iterations)
         input_shape = image_shape(input_shape)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)

@@ -1,5 +1,4 @@
 import keras
-import numpy as np
 from keras import ops
 
 from applications._checks import check_positive_ints
@@ -330,14 +329,6 @@ class MatrixCapsNetNORB(
         finally:
             self._optimizer_step = None
 
-    def load_own_variables(self, store):
-        # Files saved before the margin came from the optimizer's step hold it
-        # as the model's one variable: it becomes the (constant) margin.
-        if len(store.keys()) == 1:
-            self.spread_margin = float(np.asarray(store["0"]))
-            return
-        super().load_own_variables(store)
-
     def get_config(self):
         margin = self._spread_margin
         if not isinstance(margin, float):
@@ -354,8 +345,7 @@ class MatrixCapsNetNORB(
         config = dict(config)
         if isinstance(config.get("spread_margin"), dict):
             config["spread_margin"] = keras.saving.deserialize_keras_object(config["spread_margin"])
-        # A model saved before `tempering` existed routed with the paper's E-step.
-        return cls(**{"tempering": 1.0, **config})
+        return cls(**config)
 
 
 def _size(letter, letter_value, name, value):

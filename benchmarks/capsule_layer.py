@@ -51,7 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--input-dim", type=int, default=8, help="input capsule dimensions (8)")
     p.add_argument("--num-capsules", type=int, default=10, help="output capsules (10)")
     p.add_argument("--capsule-dim", type=int, default=16, help="output capsule dimensions (16)")
-    p.add_argument("--routings", type=int, default=3, help="routing iterations (3)")
+    p.add_argument("--iterations", type=int, default=3, help="routing iterations (3)")
     p.add_argument("--steps", type=int, default=50, help="timed steps (50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (5)")
     p.add_argument(
@@ -148,7 +148,9 @@ def _w_to_kernel(w, args):
 def build_ours(args, kernel):
     from keras_capsules.layers import CapsuleLayer
 
-    layer = CapsuleLayer(args.num_capsules, args.capsule_dim, iterations=args.routings, name="ours")
+    layer = CapsuleLayer(
+        args.num_capsules, args.capsule_dim, iterations=args.iterations, name="ours"
+    )
     layer.build((None, args.num_inputs, args.input_dim))
     layer.kernel.assign(kernel)
     return layer, layer.kernel
@@ -224,7 +226,7 @@ def build_baseline(args, kernel):
     layer = cls(
         args.num_capsules,
         args.capsule_dim,
-        routings=args.routings,
+        routings=args.iterations,
         votes=args.baseline_votes,
         name="baseline",
     )
@@ -341,7 +343,7 @@ def main(argv=None):
         "shape": {
             "inputs": [args.batch, args.num_inputs, args.input_dim],
             "outputs": [args.batch, args.num_capsules, args.capsule_dim],
-            "routings": args.routings,
+            "iterations": args.iterations,
         },
         "jit_compile": ours["jit_compile"],
         "baseline_votes": args.baseline_votes,

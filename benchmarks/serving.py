@@ -246,7 +246,7 @@ def main(argv=None):
     from keras_capsules.serving import export_saved_model
 
     keras.utils.set_random_seed(0)
-    small = dict(conv_filters=32, primary_capsules=8) if args.model == "small" else {}
+    small = dict(conv_filters=32, primary_capsule_types=8) if args.model == "small" else {}
     model = applications.CapsNetMNIST(**small)
     workdir = tempfile.mkdtemp(prefix="serving-bench-")
     export_saved_model(model, os.path.join(workdir, "capsnet"), verbose=False)

@@ -49,7 +49,9 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=100, help="batch size (100)")
     p.add_argument("--full", action="store_true", help="the paper's sizes for both models")
     p.add_argument("--conv-filters", type=int, default=64, help="CapsNet Conv1 (64; paper 256)")
-    p.add_argument("--primary-capsules", type=int, default=16, help="CapsNet types (16; paper 32)")
+    p.add_argument(
+        "--primary-capsule-types", type=int, default=16, help="CapsNet types (16; paper 32)"
+    )
     p.add_argument(
         "--cnn-filters", default="64,64,32", help="CNN conv channels (64,64,32; paper 256,256,128)"
     )
@@ -73,7 +75,7 @@ def parse_args(argv=None):
     p.add_argument("--save-dir", default=None, help="write capsnet.keras and cnn.keras here")
     args = p.parse_args(argv)
     if args.full:
-        args.conv_filters, args.primary_capsules = 256, 32
+        args.conv_filters, args.primary_capsule_types = 256, 32
         args.cnn_filters = "256,256,128"
     try:
         args.cnn_filters = tuple(int(v) for v in args.cnn_filters.split(","))
@@ -176,13 +178,13 @@ def main(argv=None):
         capsnet = applications.CapsNetMNIST(
             input_shape=(40, 40, 1),
             conv_filters=args.conv_filters,
-            primary_capsule_types=args.primary_capsules,
+            primary_capsule_types=args.primary_capsule_types,
         )
         capsnet_result = train_and_test(
             "CapsNet", capsnet, stream(args.seed), args.minutes, args.max_steps, evaluate
         )
         capsnet_result.update(
-            conv_filters=args.conv_filters, primary_capsules=args.primary_capsules
+            conv_filters=args.conv_filters, primary_capsule_types=args.primary_capsule_types
         )
 
     keras.utils.set_random_seed(args.seed)

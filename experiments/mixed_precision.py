@@ -12,7 +12,7 @@ Prints one JSON object on stdout; the runs' progress goes to stderr.
 
     python experiments/mixed_precision.py --train-size 60000 --epochs 1   # the paper model
     python experiments/mixed_precision.py --train-size 500 --test-size 500 \\
-        --conv-filters 16 --primary-capsules 4                            # smoke test
+        --conv-filters 16 --primary-capsule-types 4                            # smoke test
 """
 
 import argparse
@@ -34,7 +34,7 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--conv-filters", type=int, default=256)
-    p.add_argument("--primary-capsules", type=int, default=32)
+    p.add_argument("--primary-capsule-types", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     args = p.parse_args(argv)
@@ -48,7 +48,7 @@ def main(argv=None):
         for name in ("train_size", "test_size", "epochs", "batch_size", "seed"):
             command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
         command += ["--conv-filters", str(args.conv_filters)]
-        command += ["--primary-capsules", str(args.primary_capsules)]
+        command += ["--primary-capsule-types", str(args.primary_capsule_types)]
         print(" ".join(command), file=sys.stderr, flush=True)
         subprocess.run(command, check=True, stdout=sys.stderr)
         with open(os.path.join(output, "metrics.json")) as f:

@@ -49,13 +49,13 @@ def parse_args(argv=None):
     p.add_argument(
         "--full",
         action="store_true",
-        help="the paper's sizes: --conv-filters 256 --primary-capsules 32",
+        help="the paper's sizes: --conv-filters 256 --primary-capsule-types 32",
     )
     p.add_argument("--conv-filters", type=int, default=64, help="Conv1 filters (64; paper 256)")
     p.add_argument(
-        "--primary-capsules", type=int, default=16, help="primary capsule types (16; paper 32)"
+        "--primary-capsule-types", type=int, default=16, help="primary capsule types (16; paper 32)"
     )
-    p.add_argument("--routings", type=int, default=3, help="routing iterations (3)")
+    p.add_argument("--iterations", type=int, default=3, help="routing iterations (3)")
     p.add_argument("--learning-rate", type=float, default=1e-3, help="initial Adam rate (1e-3)")
     p.add_argument(
         "--pairs-per-digit",
@@ -73,7 +73,7 @@ def parse_args(argv=None):
     if args.save:
         os.makedirs(os.path.dirname(os.path.abspath(args.save)), exist_ok=True)
     if args.full:
-        args.conv_filters, args.primary_capsules = 256, 32
+        args.conv_filters, args.primary_capsule_types = 256, 32
     if not 1 <= args.test_pairs <= 10000:
         p.error("--test-pairs must be in [1, 10000]")
     return args
@@ -104,13 +104,13 @@ def main(argv=None):
 
     model = applications.CapsNetMultiMNIST(
         conv_filters=args.conv_filters,
-        primary_capsule_types=args.primary_capsules,
-        iterations=args.routings,
+        primary_capsule_types=args.primary_capsule_types,
+        iterations=args.iterations,
         learning_rate=args.learning_rate,
     )
     log(
         f"{model.name}: {model.count_params():,} parameters, conv_filters={args.conv_filters}, "
-        f"primary_capsules={args.primary_capsules}, batch {args.batch}, "
+        f"primary_capsule_types={args.primary_capsule_types}, batch {args.batch}, "
         f"budget {args.minutes} min, backend {keras.backend.backend()}"
     )
     budget = budget_callback(args.minutes * 60.0, args.max_steps, args.log_every)
@@ -131,8 +131,8 @@ def main(argv=None):
         "device": device(),
         "parameters": model.count_params(),
         "conv_filters": args.conv_filters,
-        "primary_capsules": args.primary_capsules,
-        "routings": args.routings,
+        "primary_capsule_types": args.primary_capsule_types,
+        "iterations": args.iterations,
         "batch": args.batch,
         "steps": budget.steps,
         "train_examples": budget.steps * args.batch,

@@ -44,7 +44,7 @@ SMOKE = {
     "batch_size": 50,
     "fixed": [
         "conv_filters=8",
-        "primary_capsules=2",
+        "primary_capsule_types=2",
         "primary_capsule_dim=4",
         "capsule_dim=4",
         "A=4",

@@ -431,37 +431,6 @@ def test_data_dirs_that_hold_no_data_are_one_line_errors(tmp_path, capsys, monke
         cli.main(["train", "matrix-capsnet-norb", "--data-dir", str(norb), *output])
 
 
-def test_renamed_train_options_keep_their_old_spellings():
-    from keras_capsules.cli import _parser
-
-    parser = _parser.build_parser()
-    old = parser.parse_args(
-        ["train", "capsnet-mnist", "--routings", "2", "--primary-capsules", "4"]
-    )
-    new = parser.parse_args(
-        ["train", "capsnet-mnist", "--iterations", "2", "--primary-capsule-types", "4"]
-    )
-    assert vars(old) == vars(new) and (new.iterations, new.primary_capsule_types) == (2, 4)
-
-
-def test_a_run_recorded_under_the_old_option_names_is_the_same_run(tmp_path):
-    from keras_capsules.cli import _parser
-    from keras_capsules.cli import _training
-
-    args = _parser.build_parser().parse_args(
-        ["train", "capsnet-mnist", "--iterations", "2", "--output", str(tmp_path)]
-    )
-    recorded = _training.run_config(args)
-    recorded["routings"] = recorded.pop("iterations")
-    recorded["primary_capsules"] = recorded.pop("primary_capsule_types")
-    (tmp_path / "run.json").write_text(json.dumps({"options": recorded}))
-    assert _training.previous_run(args) == 0  # not refused as another run
-    recorded["routings"] = 3
-    (tmp_path / "run.json").write_text(json.dumps({"options": recorded}))
-    with pytest.raises(SystemExit, match="--iterations 3 -> 2"):
-        _training.previous_run(args)
-
-
 def test_evaluate_a_preset_on_the_data_it_was_trained_on(tmp_path, capsys):
     import applications
     from keras_capsules.datasets import fashion_mnist

@@ -237,10 +237,6 @@ def _readable_backup(weights, metadata):
     return isinstance(epoch, int) and epoch >= 0
 
 
-_RENAMED_OPTIONS = {"routings": "iterations", "primary_capsules": "primary_capsule_types"}
-"""Options of earlier versions' `run.json`, by their names now."""
-
-
 def run_config(args):
     """The options of `args` that define the run, as `run.json` holds them."""
     options = {k: v for k, v in sorted(vars(args).items()) if k not in SESSION_OPTIONS}
@@ -290,8 +286,6 @@ def previous_run(args):
                     "Restore it, choose another --output, or pass --fresh to start a new run "
                     "there (its files are deleted)."
                 ) from None
-    if recorded is not None:  # options recorded under their old names
-        recorded = {_RENAMED_OPTIONS.get(k, k): v for k, v in recorded.items()}
     if recorded is not None and recorded != config:
         changes = option_changes(recorded, config)
         raise SystemExit(

@@ -112,7 +112,6 @@ def add_parser(commands):
     )
     train.add_argument(
         "--iterations",
-        "--routings",  # its old name
         type=positive_int,
         default=3,
         help="routing iterations (capsnet-mnist, EM models)",
@@ -120,7 +119,6 @@ def add_parser(commands):
     train.add_argument("--conv-filters", type=int, default=256, help="capsnet-mnist: Conv1")
     train.add_argument(
         "--primary-capsule-types",
-        "--primary-capsules",  # its old name
         type=int,
         default=32,
         help="capsnet-mnist",

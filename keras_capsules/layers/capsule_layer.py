@@ -1,7 +1,6 @@
 import keras
 from keras import ops
 
-from keras_capsules._deprecation import renamed
 from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._votes import votes_inputs_first
@@ -20,10 +19,9 @@ class CapsuleLayer(keras.layers.Layer):
 
     Args:
         capsule_types: number of output capsules (10 for MNIST), each a type
-            of its own (formerly `num_capsules`).
+            of its own.
         capsule_dim: dimensions of each output capsule (16).
-        iterations: routing iterations, a positive integer (3; formerly
-            `routings`).
+        iterations: routing iterations, a positive integer (3).
         share_weights: if `False` (default, as the official code), each input
             capsule has its own `W[i, j]`; if `True`, one `W[j]` is shared by
             all input capsules, and the layer accepts any number of inputs.
@@ -73,10 +71,6 @@ class CapsuleLayer(keras.layers.Layer):
         gradient="auto",
         **kwargs,
     ):
-        capsule_types = renamed(
-            kwargs, "num_capsules", "capsule_types", capsule_types, "CapsuleLayer"
-        )
-        iterations = renamed(kwargs, "routings", "iterations", iterations, "CapsuleLayer")
         super().__init__(**kwargs)
         check_positive_int("capsule_types", capsule_types)
         check_positive_int("capsule_dim", capsule_dim)

@@ -3,7 +3,6 @@ import numpy as np
 from keras import ops
 
 from keras_capsules import routing
-from keras_capsules._deprecation import renamed
 from keras_capsules._validation import check_capsule_inputs
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
@@ -27,8 +26,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
     gives each class a pose and an activation.
 
     Args:
-        capsule_types: number of class capsules, one type per class
-            (formerly `num_classes`).
+        capsule_types: number of class capsules, one type per class.
         iterations: EM iterations, a positive integer (3).
         coordinate_addition: add the children's positions to their votes.
         inverse_temperature: final inverse temperature `lambda` of routing.
@@ -81,9 +79,6 @@ class ClassMatrixCapsule(keras.layers.Layer):
         kernel_regularizer=None,
         **kwargs,
     ):
-        capsule_types = renamed(
-            kwargs, "num_classes", "capsule_types", capsule_types, "ClassMatrixCapsule"
-        )
         super().__init__(**kwargs)
         check_positive_int("capsule_types", capsule_types)
         check_positive_int("iterations", iterations)
@@ -185,8 +180,3 @@ class ClassMatrixCapsule(keras.layers.Layer):
             }
         )
         return config
-
-    @classmethod
-    def from_config(cls, config):
-        # A layer saved before `tempering` existed routed with the paper's E-step.
-        return super().from_config({"tempering": 1.0, **config})

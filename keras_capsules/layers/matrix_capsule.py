@@ -250,8 +250,3 @@ class MatrixCapsule(keras.layers.Layer):
             }
         )
         return config
-
-    @classmethod
-    def from_config(cls, config):
-        # A layer saved before `tempering` existed routed with the paper's E-step.
-        return super().from_config({"tempering": 1.0, **config})

@@ -1,7 +1,6 @@
 import keras
 from keras import ops
 
-from keras_capsules._deprecation import renamed
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._convolutional_capsule import ConvolutionalCapsule
 from keras_capsules.ops import squash
@@ -17,8 +16,7 @@ class PrimaryCapsule(ConvolutionalCapsule):
     positions are returned as one flat list, position-major then type.
 
     Args:
-        capsule_types: number of capsule types (32 in the paper; formerly
-            `num_capsules`).
+        capsule_types: number of capsule types (32 in the paper).
         capsule_dim: dimensions of each capsule (8 in the paper).
         kernel_size: int or tuple of 2 ints, the convolution's window (9).
         strides: int or tuple of 2 ints (2).
@@ -58,9 +56,6 @@ class PrimaryCapsule(ConvolutionalCapsule):
         kernel_regularizer=None,
         **kwargs,
     ):
-        capsule_types = renamed(
-            kwargs, "num_capsules", "capsule_types", capsule_types, "PrimaryCapsule"
-        )
         check_positive_int("capsule_types", capsule_types)
         check_positive_int("capsule_dim", capsule_dim)
         super().__init__(

@@ -6,7 +6,6 @@ from keras_capsules._autodiff import recompute_gradient
 from keras_capsules._autodiff import supports_recompute_gradient
 from keras_capsules._autodiff import vjp
 from keras_capsules._autodiff import with_gradient
-from keras_capsules._deprecation import renamed
 from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
@@ -16,7 +15,7 @@ from keras_capsules.routing._contract import contract_pose
 
 
 def dynamic_routing(
-    votes, iterations=3, stop_gradient=False, return_coupling=False, gradient="auto", **kwargs
+    votes, iterations=3, stop_gradient=False, return_coupling=False, gradient="auto"
 ):
     """Dynamic routing between capsules (Sabour et al. 2017, Procedure 1).
 
@@ -34,8 +33,7 @@ def dynamic_routing(
     Args:
         votes: prediction vectors `u_hat[j|i]`, shape
             `(batch, num_inputs, num_outputs, output_dim)`.
-        iterations: number of routing iterations, a positive integer
-            (formerly `routings`).
+        iterations: number of routing iterations, a positive integer.
         stop_gradient: if `True`, the iterations before the last one see the
             votes through `stop_gradient`, so that gradients reach the votes
             only through the final weighted sum (as some re-implementations
@@ -67,9 +65,6 @@ def dynamic_routing(
         Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
         arXiv:1710.09829.
     """
-    iterations = renamed(kwargs, "routings", "iterations", iterations, "dynamic_routing")
-    if kwargs:
-        raise TypeError(f"dynamic_routing() got unexpected keyword arguments: {sorted(kwargs)}")
     check_positive_int("iterations", iterations)
     if len(votes.shape) != 4:
         raise ValueError(

@@ -15,9 +15,9 @@ class CapsNetHyperModel(CapsuleHyperModel):
 
     | Hyperparameter | Kind | Values | Default |
     | --- | --- | --- | --- |
-    | `routings` | Int | 1 to 3 | 3 |
+    | `iterations` | Int | 1 to 3 | 3 |
     | `conv_filters` | Choice | 64, 128, 256 | 256 |
-    | `primary_capsules` | Choice | 8, 16, 32 | 32 |
+    | `primary_capsule_types` | Choice | 8, 16, 32 | 32 |
     | `primary_capsule_dim` | Choice | 4, 8, 16 | 8 |
     | `capsule_dim` | Choice | 8, 16, 32 | 16 |
     | `learning_rate` | Float, log | 1e-4 to 1e-2 | 1e-3 |
@@ -28,7 +28,7 @@ class CapsNetHyperModel(CapsuleHyperModel):
     `reconstruction_weight` is not searched when `decoder_units=None`. To fix
     or narrow a hyperparameter, register it first in the `hyperparameters`
     given to the tuner, e.g. `hp.Fixed("conv_filters", 64)` or
-    `hp.Choice("routings", [1, 3])`: the first registration of a name wins.
+    `hp.Choice("iterations", [1, 3])`: the first registration of a name wins.
 
     The models report `loss`, `accuracy`, `margin_loss` and
     `reconstruction_loss`, and the same with `val_` when validating, so
@@ -120,9 +120,9 @@ class CapsNetHyperModel(CapsuleHyperModel):
 
     def _values(self, hp):
         values = {
-            "routings": hp.Int("routings", 1, 3, default=3),
+            "iterations": hp.Int("iterations", 1, 3, default=3),
             "conv_filters": hp.Choice("conv_filters", [64, 128, 256], default=256),
-            "primary_capsules": hp.Choice("primary_capsules", [8, 16, 32], default=32),
+            "primary_capsule_types": hp.Choice("primary_capsule_types", [8, 16, 32], default=32),
             "primary_capsule_dim": hp.Choice("primary_capsule_dim", [4, 8, 16], default=8),
             "capsule_dim": hp.Choice("capsule_dim", [8, 16, 32], default=16),
             "learning_rate": hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3),
@@ -150,8 +150,5 @@ class CapsNetHyperModel(CapsuleHyperModel):
             stop_gradient=self.stop_gradient,
             decoder_units=self.decoder_units if values["reconstruction_weight"] else None,
             decay_steps=self.decay_steps,
-            # The search space keeps its names, so that earlier searches resume.
-            iterations=values.pop("routings"),
-            primary_capsule_types=values.pop("primary_capsules"),
             **values,
         )

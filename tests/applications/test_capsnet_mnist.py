@@ -40,17 +40,8 @@ def test_outputs_predict_and_reconstructions():
     assert model.reconstruct(x).shape == (5, 28, 28, 1)
     one = model.decode(poses, labels=np.full(5, 3))
     assert not np.allclose(one, model.decode(poses, labels=np.full(5, 4)))
-    # The outputs= argument of earlier versions still works, with a deprecation warning.
-    with pytest.warns(DeprecationWarning, match="predict_poses"):
-        old_poses = model.predict(x, verbose=0, outputs="poses")
-    np.testing.assert_allclose(old_poses, poses, atol=1e-6)
-    with pytest.warns(DeprecationWarning):
-        old_both = model.predict(x, verbose=0, outputs="all")
-    np.testing.assert_allclose(old_both["probabilities"], probabilities, atol=1e-6)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="outputs"):
-        model.predict(x, outputs="logits")
-    with pytest.raises(TypeError, match="outputz"):
-        model.predict(x, outputz="poses")
+    with pytest.raises(TypeError, match="outputs"):
+        model.predict(x, outputs="poses")
 
 
 def test_loss_is_margin_plus_reconstruction_of_the_true_capsule():

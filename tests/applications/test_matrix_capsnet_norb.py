@@ -66,14 +66,6 @@ def test_defaults_are_the_tempered_e_step_of_the_papers_normalisation():
     assert model.get_layer("conv_caps1").normalization == "types_and_positions"
 
 
-def test_a_model_saved_before_tempering_keeps_the_papers_e_step():
-    config = applications.MatrixCapsNetNORB(**TINY, compile=False).get_config()
-    del config["tempering"]
-    loaded = applications.MatrixCapsNetNORB.from_config(config)
-    for name in ("conv_caps1", "conv_caps2", "class_caps"):
-        assert loaded.get_layer(name).tempering == 1.0
-
-
 def test_architecture_shapes():
     model = applications.MatrixCapsNetNORB(compile=False)
     assert model.get_layer("primary_caps").output[0].shape == (None, 14, 14, 32, 16)
@@ -111,10 +103,6 @@ def test_fit_predict_and_outputs():
     assert acts.shape == (16, 3) and np.all((acts > 0) & (acts < 1))
     assert model.predict_poses(x, verbose=0).shape == (16, 3, 16)
     np.testing.assert_allclose(model.predict_outputs(x, verbose=0)["activations"], acts, atol=1e-6)
-    with pytest.warns(DeprecationWarning):
-        assert model.predict(x, verbose=0, outputs="poses").shape == (16, 3, 16)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="outputs"):
-        model.predict(x, outputs="logits")
 
 
 def test_keras_round_trip_needs_no_custom_objects(tmp_path):
@@ -242,12 +230,6 @@ def test_margin_comes_from_the_optimizer_step_inside_the_compiled_step():
         )
 
 
-def test_a_file_that_held_the_margin_as_a_variable_still_loads():
-    model = applications.MatrixCapsNetNORB(**TINY)
-    model.load_own_variables({"0": np.array(0.65, "float32")})  # what older versions saved
-    assert model.spread_margin == pytest.approx(0.65)
-
-
 def test_raw_pixels_for_a_model_without_rescale_warn():
     raw = np.random.default_rng(5).integers(0, 256, size=(4, 20, 20, 2)).astype("uint8")
     with pytest.warns(UserWarning, match="rescale=1 / 255"):
@@ -259,3 +241,27 @@ def test_raw_pixels_for_a_model_without_rescale_warn():
     assert not [w for w in caught if "rescale" in str(w.message)]
     with pytest.raises(ValueError, match="rescale"):
         applications.MatrixCapsNetNORB(**TINY, rescale=0)
+
+
+def test_matrix_capsnet_takes_the_papers_letters_or_descriptive_names():
+    letters = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16, compile=False)
+    named = applications.MatrixCapsNetNORB(
+        conv_filters=64,
+        primary_capsule_types=8,
+        conv_caps1_types=16,
+        conv_caps2_types=16,
+        compile=False,
+    )
+    assert letters.get_config() == named.get_config()
+    assert letters.count_params() == named.count_params() == 68_754
+    positional = applications.MatrixCapsNetNORB(64, 8, 16, 16, compile=False)
+    assert positional.get_config() == named.get_config()
+    with pytest.raises(ValueError, match="`conv_filters` and `A`"):
+        applications.MatrixCapsNetNORB(A=64, conv_filters=16)
+    with pytest.raises(ValueError, match="conv_caps1_types.*paper's C"):
+        applications.MatrixCapsNetNORB(C=0)
+    # A configuration saved with the letters loads.
+    old = {**named.get_config(), "A": 64, "B": 8, "C": 16, "D": 16}
+    for name in ("conv_filters", "primary_capsule_types", "conv_caps1_types", "conv_caps2_types"):
+        del old[name]
+    assert applications.MatrixCapsNetNORB.from_config(old).get_config() == named.get_config()

@@ -102,9 +102,3 @@ def test_layer_checks():
         expected_output_shape=((2, 3, 16), (2, 3)),
         expected_num_trainable_weights=3,
     )
-
-
-def test_a_config_saved_before_tempering_keeps_the_papers_e_step():
-    config = ClassMatrixCapsule(3).get_config()
-    del config["tempering"]
-    assert ClassMatrixCapsule.from_config(config).tempering == 1.0

@@ -146,12 +146,6 @@ def test_layer_checks():
     )
 
 
-def test_a_config_saved_before_tempering_keeps_the_papers_e_step():
-    config = MatrixCapsule(4, 3, 2).get_config()
-    del config["tempering"]
-    assert MatrixCapsule.from_config(config).tempering == 1.0
-
-
 def test_bad_arguments_and_shapes():
     for kwargs, name in [
         ({"capsule_types": 0}, "capsule_types"),

@@ -5,7 +5,7 @@ import keras_tuner as kt
 # Fixed sizes that make a CapsNet trial take a few seconds on 2 CPU cores.
 TINY_CAPSNET = {
     "conv_filters": 8,
-    "primary_capsules": 2,
+    "primary_capsule_types": 2,
     "primary_capsule_dim": 4,
     "capsule_dim": 4,
 }

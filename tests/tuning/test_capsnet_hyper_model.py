@@ -11,9 +11,6 @@ from tests.tuning.helpers import TINY_CAPSNET
 from tests.tuning.helpers import FitRecorder
 from tests.tuning.helpers import fixed
 
-# The search space's names of the models' arguments.
-ARGUMENT = {"routings": "iterations", "primary_capsules": "primary_capsule_types"}
-
 
 def shifts(image, max_shift):
     """`image` shifted by every offset of up to `max_shift` pixels, zero padded."""
@@ -27,9 +24,9 @@ def test_search_space_ranges():
     space = {hp.name: hp for hp in CapsNetHyperModel().search_space().space}
     assert sorted(space) == sorted(
         [
-            "routings",
+            "iterations",
             "conv_filters",
-            "primary_capsules",
+            "primary_capsule_types",
             "primary_capsule_dim",
             "capsule_dim",
             "learning_rate",
@@ -38,9 +35,9 @@ def test_search_space_ranges():
             "max_shift",
         ]
     )
-    assert (space["routings"].min_value, space["routings"].max_value) == (1, 3)
+    assert (space["iterations"].min_value, space["iterations"].max_value) == (1, 3)
     assert list(space["conv_filters"].values) == [64, 128, 256]
-    assert list(space["primary_capsules"].values) == [8, 16, 32]
+    assert list(space["primary_capsule_types"].values) == [8, 16, 32]
     assert list(space["primary_capsule_dim"].values) == [4, 8, 16]
     assert list(space["capsule_dim"].values) == [8, 16, 32]
     learning_rate = space["learning_rate"]
@@ -58,7 +55,7 @@ def test_defaults_are_the_papers_settings():
     signature = inspect.signature(applications.CapsNetMNIST).parameters
     for name, value in defaults.items():
         if name != "max_shift":
-            assert value == signature[ARGUMENT.get(name, name)].default, name
+            assert value == signature[name].default, name
     assert defaults["max_shift"] == 2  # shifts of up to 2 pixels, as the paper
     assert CapsNetHyperModel.objectives()[:2] == ("loss", "accuracy")
     assert "val_accuracy" in CapsNetHyperModel.objectives()
@@ -86,11 +83,11 @@ def test_constructor_rejects_bad_fixed_settings(kwargs, message):
 
 def test_build_follows_the_hyperparameters():
     hypermodel = CapsNetHyperModel(decoder_units=(16,))
-    hp = fixed(routings=1, learning_rate=5e-3, decay_rate=1.0, reconstruction_weight=0.0)
+    hp = fixed(iterations=1, learning_rate=5e-3, decay_rate=1.0, reconstruction_weight=0.0)
     model = hypermodel.build(fixed(**TINY_CAPSNET, **hp.values))
     config = model.get_config()
-    for name, value in {**TINY_CAPSNET, "routings": 1, "decay_rate": 1.0}.items():
-        assert config[ARGUMENT.get(name, name)] == value, name
+    for name, value in {**TINY_CAPSNET, "iterations": 1, "decay_rate": 1.0}.items():
+        assert config[name] == value, name
     assert model.decoder is None and config["decoder_units"] is None  # weight 0: no decoder
     assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(5e-3)
     model = hypermodel.build(fixed(**TINY_CAPSNET, reconstruction_weight=2e-3))

@@ -31,7 +31,7 @@ TINY = [
     "--fixed",
     "conv_filters=8",
     "--fixed",
-    "primary_capsules=2",
+    "primary_capsule_types=2",
     "--fixed",
     "primary_capsule_dim=4",
     "--fixed",

@@ -298,7 +298,7 @@ def test_interrupted_search_resumes(mnist_data, tmp_path, monkeypatch, capsys):
     "args, message",
     [
         (["--fixed", "width=3"], "unknown hyperparameter 'width'"),
-        (["--fixed", "routings"], "NAME=VALUE"),
+        (["--fixed", "iterations"], "NAME=VALUE"),
         (["--max-trials", "0"], "--max-trials"),
         (["--validation-split", "0.9"], "--validation-split"),
         (["--retrain-epochs", "-1"], "--retrain-epochs"),
@@ -325,7 +325,7 @@ def test_tune_command_refuses_to_mix_searches_and_names_a_torn_state(tmp_path, m
     search = ["tune", "capsnet-mnist", "--tuner", "random", "--max-epochs", "1", "--seed", "0"]
     search += ["--output", output, "--train-size", "200", "--test-size", "100", "--verbose", "0"]
     search += ["--validation-split", "0.25", "--batch-size", "50"]
-    search += ["--fixed", "conv_filters=8", "--fixed", "primary_capsules=2"]
+    search += ["--fixed", "conv_filters=8", "--fixed", "primary_capsule_types=2"]
     assert cli.main([*search, "--max-trials", "1"]) == 0
     # Other options: refused by name before anything is read or trained.
     for change, message in (
