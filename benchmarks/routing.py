@@ -45,8 +45,8 @@ def _routed(name, votes, iterations):
     if name == "dynamic":
         return routing.dynamic_routing(votes, iterations=iterations["dynamic"])
     if name == "em":
-        parents = votes.shape[2]
-        activations = ops.ones(ops.shape(votes)[:2])
+        parents = votes.shape[1]
+        activations = ops.ones((ops.shape(votes)[0], ops.shape(votes)[2]))
         zeros = np.zeros(parents, "float32")
         poses, _ = routing.em_routing(votes, activations, zeros, zeros, iterations=iterations["em"])
         return poses
@@ -70,7 +70,7 @@ def measure(name, args):
         def call(self, votes):
             return _routed(name, votes * self.scale, iterations)
 
-    shape = (args.children, args.parents, 16)
+    shape = (args.parents, args.children, 16)  # routing's layout
     inputs = keras.Input(shape)
     model = keras.Model(inputs, Route()(inputs))
     model.compile(optimizer="sgd", loss="mse")

@@ -10,17 +10,17 @@ would give a squared norm of 1e40, beyond float32).
 
 from keras import ops
 
+from keras_capsules._precision import LOW_PRECISION
+
 EPSILON = 1e-7
 """Added to the squared norm before every square root, so that the norm and its
 gradient are finite at an exactly zero vector."""
-
-_LOW_PRECISION = ("float16", "bfloat16")
 
 
 def _to_float32(x):
     x = ops.convert_to_tensor(x)
     dtype = ops.dtype(x)
-    if dtype in _LOW_PRECISION or "int" in dtype:
+    if dtype in LOW_PRECISION or "int" in dtype:
         return ops.cast(x, "float32"), dtype
     return x, dtype
 

@@ -58,6 +58,12 @@ def capsule_votes(u, kernel):
     )
 
 
+def swap_parents_and_children(x):
+    """Votes or coupling between the references' layout, `(batch, inputs, outputs, ...)`,
+    and routing's, `(batch, outputs, inputs, ...)`: the swap is its own inverse."""
+    return np.swapaxes(np.asarray(x), 1, 2)
+
+
 def dynamic_routing(votes, iterations):
     """Sabour et al., Procedure 1 (routing by agreement), written out loop by loop.
 
@@ -512,3 +518,22 @@ def inverted_dot_product_routing(
             p = new_p
         poses[n], routing[n] = p, r
     return poses, routing
+
+
+def in_reference_layout(routing_function):
+    """`routing_function` on votes laid out as the references take them.
+
+    The votes `(batch, num_inputs, num_outputs, dim)` are swapped to routing's
+    layout before the call, and the coupling it returns swapped back.
+    """
+    from keras import ops
+
+    def routed(votes, *args, return_coupling=False, **kwargs):
+        votes = ops.swapaxes(ops.convert_to_tensor(votes), 1, 2)
+        result = routing_function(votes, *args, return_coupling=return_coupling, **kwargs)
+        if not return_coupling:
+            return result
+        *outputs, coupling = result
+        return (*outputs, ops.swapaxes(coupling, 1, 2))
+
+    return routed

@@ -1,15 +1,14 @@
 import keras
-from keras import ops
 
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
-from keras_capsules.layers._votes import votes_inputs_first
+from keras_capsules.layers.fully_connected_capsule import FullyConnectedCapsule
+from keras_capsules.routing import inverted_dot_product_routing
 from keras_capsules.routing._inverted_dot_product import LAYER_NORM_EPSILON
-from keras_capsules.routing._inverted_dot_product import route_inverted
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class InvertedDotProductCapsule(keras.layers.Layer):
+class InvertedDotProductCapsule(FullyConnectedCapsule):
     """Fully connected capsules with inverted dot-product attention routing.
 
     Every input capsule `u_i` votes for every output capsule through its own
@@ -22,6 +21,7 @@ class InvertedDotProductCapsule(keras.layers.Layer):
     norm of the weighted sums of the votes. The layer norm's scale `gamma`
     and offset `beta` (one each per pose entry, shared by the output capsules,
     as the official code's `nn.LayerNorm(capsule_dim)`) are learned.
+    `FullyConnectedCapsule` is the base class.
 
     Poses are vectors. The paper's 4x4 pose matrices are the 16-entry vectors
     flattened from them; its vote `P_i W[i, j]` with a 4x4 `W[i, j]` is the
@@ -81,40 +81,24 @@ class InvertedDotProductCapsule(keras.layers.Layer):
         kernel_regularizer=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
         check_positive_int("capsule_types", capsule_types)
-        check_positive_int("capsule_dim", capsule_dim)
-        check_positive_int("iterations", iterations)
-        check_positive("agreement_scale", agreement_scale)
-        check_positive("epsilon", epsilon)
-        self.capsule_types = capsule_types
-        self.capsule_dim = capsule_dim
-        self.iterations = iterations
-        self.agreement_scale = float(agreement_scale)
-        self.epsilon = float(epsilon)
         if kernel_initializer is None:
             # std sqrt(capsule_types / fan_in), fan_in = num_inputs * input_dim for
             # the kernel (num_inputs, input_dim, capsule_types * capsule_dim).
             kernel_initializer = keras.initializers.VarianceScaling(
                 scale=float(capsule_types), mode="fan_in", distribution="untruncated_normal"
             )
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.input_spec = keras.layers.InputSpec(ndim=3)
-
-    def build(self, input_shape):
-        if len(input_shape) != 3 or input_shape[1] is None or input_shape[2] is None:
-            raise ValueError(
-                "InvertedDotProductCapsule expects inputs of shape (batch, num_inputs, input_dim) "
-                f"with known num_inputs and input_dim. Received: input_shape={input_shape}"
-            )
-        num_inputs, input_dim = input_shape[1], input_shape[2]
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(num_inputs, input_dim, self.capsule_types * self.capsule_dim),
-            initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer,
+        super().__init__(
+            capsule_types, capsule_dim, kernel_initializer, kernel_regularizer, **kwargs
         )
+        check_positive_int("iterations", iterations)
+        check_positive("agreement_scale", agreement_scale)
+        check_positive("epsilon", epsilon)
+        self.iterations = iterations
+        self.agreement_scale = float(agreement_scale)
+        self.epsilon = float(epsilon)
+
+    def build_routing(self, num_inputs, input_dim):
         # Routing computes in float32: under mixed precision gamma and beta are read
         # as they are kept, not rounded to the compute dtype.
         self.gamma = self.add_weight(
@@ -123,62 +107,25 @@ class InvertedDotProductCapsule(keras.layers.Layer):
         self.beta = self.add_weight(
             name="beta", shape=(self.capsule_dim,), initializer="zeros", autocast=False
         )
-        self.input_spec = keras.layers.InputSpec(ndim=3, axes={1: num_inputs, -1: input_dim})
 
-    def votes(self, inputs):
-        """The votes `v[i, j] = W[i, j] @ u_i`.
-
-        Returns a tensor of shape `(batch, num_inputs, capsule_types, capsule_dim)`.
-        """
-        return ops.transpose(self._votes(inputs), (1, 0, 2, 3))
-
-    def _votes(self, inputs):
-        return votes_inputs_first(
-            inputs, self.kernel, self.capsule_types, self.capsule_dim, self.compute_dtype
-        )
-
-    def call(self, inputs, return_coupling=False):
-        # Routing lays the votes out (batch, capsule_types, num_inputs, capsule_dim).
-        poses, coupling = route_inverted(
-            ops.transpose(self._votes(inputs), (1, 2, 0, 3)),
+    def route(self, votes):
+        return inverted_dot_product_routing(
+            votes,
             iterations=self.iterations,
             gamma=self.gamma,
             beta=self.beta,
             epsilon=self.epsilon,
             agreement_scale=self.agreement_scale,
+            return_coupling=True,
         )
-        if not return_coupling:
-            return poses
-        if coupling is None:  # a single iteration: every coefficient is 1 / capsule_types
-            shape = ops.shape(inputs)
-            coupling = ops.full(shape[:2] + (self.capsule_types,), 1.0 / self.capsule_types)
-        else:
-            coupling = ops.transpose(coupling, (0, 2, 1))
-        return poses, ops.cast(coupling, ops.dtype(poses))
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.capsule_types, self.capsule_dim)
-
-    def compute_output_spec(self, inputs, return_coupling=False):
-        # Keras hands `compute_output_shape` the shapes only: the coupling of a
-        # symbolic call needs `return_coupling`.
-        poses = keras.KerasTensor(self.compute_output_shape(inputs.shape), self.compute_dtype)
-        if not return_coupling:
-            return poses
-        shape = (inputs.shape[0], inputs.shape[1], self.capsule_types)
-        return poses, keras.KerasTensor(shape, self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()
         config.update(
             {
-                "capsule_types": self.capsule_types,
-                "capsule_dim": self.capsule_dim,
                 "iterations": self.iterations,
                 "agreement_scale": self.agreement_scale,
                 "epsilon": self.epsilon,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
             }
         )
         return config

@@ -1,9 +1,31 @@
-"""The two batched contractions that every routing iteration is made of."""
+"""What every routing function takes and returns, and the contractions they are made of."""
 
 from keras import ops
 
-LOW_PRECISION = ("float16", "bfloat16")
-"""Dtypes that routing computes in float32 and casts back."""
+LAYOUT = "(batch, num_outputs, num_inputs, dim)"
+"""The votes' layout: each parent's votes from every child, next to the pose entries."""
+
+
+def check_votes(votes, dim=None):
+    """`votes` as a tensor laid out `LAYOUT`; a `ValueError` naming its shape otherwise.
+
+    `dim`, if given, is the one pose size the routing takes.
+    """
+    votes = ops.convert_to_tensor(votes)
+    if len(votes.shape) != 4 or (dim is not None and votes.shape[-1] != dim):
+        size = "dim" if dim is None else f"{dim}"
+        raise ValueError(
+            f"`votes` must have shape (batch, num_outputs, num_inputs, {size}): every "
+            "parent's votes from every child. "
+            f"Received: votes.shape={tuple(votes.shape)}"
+        )
+    return votes
+
+
+def uniform_coupling(votes, dtype=None):
+    """Every child's coupling before routing: `1 / num_outputs`, shaped `votes.shape[:3]`."""
+    dtype = dtype or ops.dtype(votes)
+    return ops.full(ops.shape(votes)[:3], 1.0 / votes.shape[1], dtype=dtype)
 
 
 def contract_inputs(weights, x):  # sum_i weights[..., j, i] x[..., j, i, :]
@@ -11,9 +33,7 @@ def contract_inputs(weights, x):  # sum_i weights[..., j, i] x[..., j, i, :]
 
 
 def contract_pose(x, coefficients):  # sum_h x[..., j, i, h] coefficients[..., j, h]
-    # A row times the transposed votes, not the votes times a column: the
-    # backends fold the transpose into the product (TensorFlow's graph
-    # optimiser, XLA), and oneDNN runs a (1 x h) @ (h x i) product about 1.5x
-    # faster than the (i x h) @ (h x 1) one.
+    # A row times the transposed votes: the backends fold the transpose into
+    # the product, and oneDNN runs it faster than a product with a column.
     row = ops.expand_dims(coefficients, -2)
     return ops.squeeze(ops.matmul(row, ops.swapaxes(x, -1, -2)), -2)

@@ -6,12 +6,14 @@ from keras_capsules._autodiff import recompute_gradient
 from keras_capsules._autodiff import supports_recompute_gradient
 from keras_capsules._autodiff import vjp
 from keras_capsules._autodiff import with_gradient
+from keras_capsules._precision import to_float32
 from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
-from keras_capsules.routing._contract import LOW_PRECISION
+from keras_capsules.routing._contract import check_votes
 from keras_capsules.routing._contract import contract_inputs
 from keras_capsules.routing._contract import contract_pose
+from keras_capsules.routing._contract import uniform_coupling
 
 
 def dynamic_routing(
@@ -19,12 +21,11 @@ def dynamic_routing(
 ):
     """Dynamic routing between capsules (Sabour et al. 2017, Procedure 1).
 
-    Starting from logits `b[i, j] = 0`, each of the `iterations` routing iterations
-    computes the coupling coefficients `c[i, :] = softmax(b[i, :])` (a softmax
-    over the *output* capsules `j`, separately for every input capsule `i`),
-    the weighted sums `s[j] = sum_i c[i, j] * votes[i, j]`, the outputs
-    `v[j] = squash(s[j])` and, between iterations, the agreement update
-    `b[i, j] += votes[i, j] . v[j]`.
+    Starting from logits `b[j, i] = 0`, each of the `iterations` routing iterations
+    computes the coupling coefficients `c[:, i] = softmax(b[:, i])` (a softmax
+    over the *parents* `j`, separately for every child `i`), the weighted
+    sums `s[j] = sum_i c[j, i] * votes[j, i]`, the outputs `v[j] = squash(s[j])`
+    and, between iterations, the agreement update `b[j, i] += votes[j, i] . v[j]`.
 
     Routing runs in float32 whatever the dtype of `votes` (so it is safe under
     `mixed_float16` / `mixed_bfloat16`); the outputs are cast back to the
@@ -32,8 +33,9 @@ def dynamic_routing(
 
     Args:
         votes: prediction vectors `u_hat[j|i]`, shape
-            `(batch, num_inputs, num_outputs, output_dim)`.
-        iterations: number of routing iterations, a positive integer.
+            `(batch, num_outputs, num_inputs, output_dim)`.
+        iterations: number of routing iterations, a positive integer. One
+            iteration is uniform coupling: no routing by agreement.
         stop_gradient: if `True`, the iterations before the last one see the
             votes through `stop_gradient`, so that gradients reach the votes
             only through the final weighted sum (as some re-implementations
@@ -41,14 +43,15 @@ def dynamic_routing(
             iteration.
         return_coupling: if `True`, also return the coupling coefficients
             `c` used in the last iteration, shape
-            `(batch, num_inputs, num_outputs)`; they sum to 1 over outputs.
+            `(batch, num_outputs, num_inputs)`; they sum to 1 over the parents.
         gradient: how the gradient reaches the votes: `"autodiff"`
             differentiates the iterations automatically; `"structured"` forms
             the votes' gradient as one batched matrix product, which is faster
             and keeps less memory (the Routing guide explains it); `"auto"`
             (default) is `"structured"` on TensorFlow and JAX without
-            `stop_gradient`. The values are the same either way. Use
-            `"autodiff"` for gradients of gradients on TensorFlow.
+            `stop_gradient`. The values are the same either way. On
+            TensorFlow the structured gradient is first-order only: use
+            `"autodiff"` for gradients of gradients there.
 
     Returns:
         The output capsules `v`, shape `(batch, num_outputs, output_dim)`, or
@@ -57,7 +60,7 @@ def dynamic_routing(
     Example:
 
     >>> import numpy as np
-    >>> votes = np.random.normal(size=(2, 1152, 10, 16)).astype("float32")
+    >>> votes = np.random.normal(size=(2, 10, 1152, 16)).astype("float32")
     >>> tuple(dynamic_routing(votes, iterations=3).shape)
     (2, 10, 16)
 
@@ -66,90 +69,27 @@ def dynamic_routing(
         arXiv:1710.09829.
     """
     check_positive_int("iterations", iterations)
-    if len(votes.shape) != 4:
-        raise ValueError(
-            "`votes` must have shape (batch, num_inputs, num_outputs, output_dim). "
-            f"Received: votes.shape={tuple(votes.shape)}"
-        )
-    votes = ops.convert_to_tensor(votes)
-    outputs, coupling = route_by_agreement(
-        ops.transpose(votes, (0, 2, 1, 3)), iterations, stop_gradient, return_coupling, gradient
-    )
-    if not return_coupling:
-        return outputs
-    return outputs, coupling
-
-
-def route_by_agreement(
-    votes,
-    iterations=3,
-    stop_gradient=False,
-    return_coupling=False,
-    gradient="auto",
-    inputs_first=False,
-):
-    """The core of `dynamic_routing` on votes laid out `(batch, num_outputs, num_inputs, dim)`.
-
-    With the input axis next to the capsule dimensions, the weighted sum and
-    the agreement of every iteration are batched matrix-vector products over
-    contiguous memory. Returns `(outputs, coupling)`, `coupling` being `None`
-    unless `return_coupling` is set (then shaped `(batch, num_inputs, num_outputs)`).
-
-    `gradient` chooses how the gradient reaches the votes, as `em_route`'s:
-    `"autodiff"` differentiates the iterations automatically, which writes one
-    gradient of the votes' size per contraction (five for 3 iterations) and adds
-    them up; `"structured"` forms it as one batched matrix product
-    (`_structured_agreement`). `"auto"` (default) is `"structured"` on the
-    TensorFlow and JAX backends without `stop_gradient`, and `"autodiff"`
-    otherwise; a single routing has one contraction and always uses
-    `"autodiff"`. Both give the same gradients up to float32 rounding.
-
-    `inputs_first=True` takes the votes laid out `(num_inputs, batch,
-    num_outputs, dim)` instead, as one batched product per input capsule
-    writes them (`CapsuleLayer`). They are transposed to the routing layout
-    here, and the structured gradient is written straight into the layout
-    they came in: `[g..., v...]^T @ [c..., g...]` gives it as
-    `(batch, outputs, dim, inputs)`, one plain two-dimensional transpose
-    away, where transposing the gradient of the routing layout back moves
-    16-float blocks and takes about 1.5x as long.
-
-    On TensorFlow the structured gradient is a first-order gradient only: a
-    gradient of the gradient (a gradient penalty, a Hessian-vector product)
-    does not see the values its backward pass reuses from the forward pass,
-    and comes out wrong without an error. Use `"autodiff"` there. On JAX
-    both methods differentiate twice correctly.
-    """
     check_gradient_method(gradient, stop_gradient)
+    votes = check_votes(votes)
     if gradient == "auto":
         gradient = (
             "structured" if supports_recompute_gradient() and not stop_gradient else "autodiff"
         )
     if iterations == 1:
         gradient = "autodiff"  # one uniform sum: nothing to structure
-    dtype = ops.dtype(votes)
-    if dtype in LOW_PRECISION:
-        votes = ops.cast(votes, "float32")
-    if inputs_first and gradient != "structured":
-        votes, inputs_first = ops.transpose(votes, _TO_ROUTING_LAYOUT), False
+    votes, dtype = to_float32(votes)
     if gradient == "structured":
-        outputs, coupling = _structured_agreement(iterations, inputs_first)(votes)
+        outputs, coupling = _structured_agreement(iterations)(votes)
     else:
         outputs, coupling = _agreement_iterations(votes, iterations, stop_gradient)
-    if dtype in LOW_PRECISION:
-        outputs = ops.cast(outputs, dtype)
+    outputs = ops.cast(outputs, dtype)
     if not return_coupling:
-        return outputs, None
-    if coupling is None:  # a single routing: every coefficient is 1 / num_outputs
-        shape = ops.shape(votes)
-        return outputs, ops.full((shape[0], shape[2], shape[1]), 1.0 / votes.shape[1])
-    return outputs, ops.transpose(coupling, (0, 2, 1))
-
-
-_TO_ROUTING_LAYOUT = (1, 2, 0, 3)  # (inputs, batch, outputs, dim) -> (batch, outputs, inputs, dim)
+        return outputs
+    return outputs, (uniform_coupling(votes) if coupling is None else coupling)
 
 
 def _agreement_contractions(votes, inner_votes=None, record=None):
-    """`routing_loop`'s three contractions of votes `(batch, outputs, inputs, dim)`.
+    """`_routing_loop`'s three contractions of votes `(batch, outputs, inputs, dim)`.
 
     `inner_votes` (default `votes`) are what the iterations before the last
     one contract; `record` (default none) is called on every result.
@@ -174,10 +114,10 @@ def _agreement_iterations(votes, iterations, stop_gradient):
     """Procedure 1 on the votes, differentiated automatically."""
     inner_votes = ops.stop_gradient(votes) if stop_gradient else votes
     contractions = _agreement_contractions(votes, inner_votes)
-    return routing_loop(*contractions, iterations)
+    return _routing_loop(*contractions, iterations)
 
 
-def _structured_agreement(iterations, inputs_first=False):
+def _structured_agreement(iterations):
     """Procedure 1 on the votes, with the votes' gradient as one batched product.
 
     The votes `V` enter routing only through contractions with small
@@ -193,31 +133,21 @@ def _structured_agreement(iterations, inputs_first=False):
     differentiation writes one vote-sized gradient per contraction and then
     adds them up.
 
-    With `inputs_first`, the function takes the votes laid out `(inputs,
-    batch, outputs, dim)` (see `route_by_agreement`), keeps their transpose
-    from the forward pass, and returns their gradient in that layout.
-
     Returns a function of the votes that returns `(outputs, coupling)`.
     """
 
     def forward(votes):
-        if inputs_first:
-            votes = ops.transpose(votes, _TO_ROUTING_LAYOUT)
         saved = []
 
         def record(x):
             saved.append(x)
             return x
 
-        outputs, coupling = routing_loop(*_agreement_contractions(votes, record=record), iterations)
-        return (outputs, coupling), (saved + [votes] if inputs_first else saved)
+        contractions = _agreement_contractions(votes, record=record)
+        return _routing_loop(*contractions, iterations), saved
 
     def backward(args, saved, upstream):
-        if inputs_first:
-            *saved, votes = saved
-        else:
-            (votes,) = args
-        num_outputs = votes.shape[1]
+        (votes,) = args
 
         def weighted_gradient(constants, upstream):  # d/dc of sum_i c[i] V[i, :]
             return (contract_pose(constants[0], upstream[0]),)
@@ -229,7 +159,7 @@ def _structured_agreement(iterations, inputs_first=False):
             factors = []  # per contraction: its small tensor, and on which side of dV
 
             def uniform_sum(last):
-                factors.append(("left", ops.full(ops.shape(votes)[:3], 1.0 / num_outputs)))
+                factors.append(("left", uniform_coupling(votes)))
                 return saved[0] + probes[0]
 
             def weighted_sum(coupling, last):
@@ -244,7 +174,7 @@ def _structured_agreement(iterations, inputs_first=False):
                 (a,) = with_gradient((saved[k],), (votes,), (outputs,), agreement_gradient)
                 return a + probes[k]
 
-            results = routing_loop(uniform_sum, weighted_sum, agreement, iterations)
+            results = _routing_loop(uniform_sum, weighted_sum, agreement, iterations)
             return results, factors
 
         # Distinct tensors: a backend may add up the gradients of a repeated one.
@@ -255,15 +185,12 @@ def _structured_agreement(iterations, inputs_first=False):
         # Stacked on a new second-to-last axis and transposed: stacking on a new
         # last axis interleaves the five tensors and is several times slower.
         left, right = ops.stack(left, axis=-2), ops.stack(right, axis=-2)
-        if inputs_first:  # (batch, outputs, dim, inputs) -> (inputs, batch, outputs, dim)
-            d_votes = ops.matmul(ops.swapaxes(right, -1, -2), left)
-            return [ops.transpose(d_votes, (3, 0, 1, 2))]
         return [ops.matmul(ops.swapaxes(left, -1, -2), right)]  # (batch, outputs, inputs, dim)
 
     return recompute_gradient(forward, backward)
 
 
-def routing_loop(uniform_sum, weighted_sum, agreement, iterations):
+def _routing_loop(uniform_sum, weighted_sum, agreement, iterations):
     """The iterations of Procedure 1, independent of how the votes are stored.
 
     The contractions are supplied by the caller, so that the forward pass and

@@ -5,7 +5,8 @@ from keras import ops
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_in_unit_interval
 from keras_capsules._validation import check_positive_int
-from keras_capsules.routing._contract import LOW_PRECISION
+from keras_capsules.routing._contract import check_votes
+from keras_capsules.routing._contract import uniform_coupling
 from keras_capsules.routing._em_defaults import INVERSE_TEMPERATURE
 from keras_capsules.routing._em_defaults import SCHEDULES
 from keras_capsules.routing._em_defaults import TEMPERING
@@ -23,26 +24,26 @@ def em_routing(
     iterations=3,
     inverse_temperature=INVERSE_TEMPERATURE,
     variance_epsilon=VARIANCE_EPSILON,
-    return_responsibilities=False,
     tempering=TEMPERING,
     inverse_temperature_schedule="rescaled",
+    return_coupling=False,
 ):
     """EM routing between matrix capsules (Hinton, Sabour, Frosst 2018, Procedure 1).
 
     Every output capsule `j` is a Gaussian cluster with a diagonal covariance
-    over the 16 entries of its pose. Starting from `R[i, j] = 1 / num_outputs`,
+    over the 16 entries of its pose. Starting from `R[j, i] = 1 / num_outputs`,
     each iteration runs
 
-    - the M-step: with `r[i, j] = R[i, j] * a[i]` (the child's activation
+    - the M-step: with `r[j, i] = R[j, i] * a[i]` (the child's activation
       weights its responsibilities *after* they were normalised),
       `mu[j] = sum_i r V / sum_i r`,
       `var[j] = sum_i r (V - mu)^2 / sum_i r` floored at `variance_epsilon`,
       `cost[j] = (16 beta_v[j] + sum_h log sigma[j, h]) sum_i r[i, j]` and
       `a[j] = sigmoid(lambda_t (beta_a[j] - cost[j]))`;
-    - the E-step (all but the last iteration): the log-density `log p[i, j]`
+    - the E-step (all but the last iteration): the log-density `log p[j, i]`
       of each vote under its parent's Gaussian and
-      `R[i, j] = softmax_j(tau * (log a[j] + log p[i, j]))`, in log space,
-      that is `R[i, j] ∝ (a[j] p[i, j]) ** tau`.
+      `R[j, i] = softmax_j(tau * (log a[j] + log p[j, i]))`, in log space,
+      that is `R[j, i] ∝ (a[j] p[j, i]) ** tau`.
 
     `tau` is `tempering`. The paper's E-step is `tau = 1`; the default, 0.1,
     is a tempered E-step (deterministic annealing EM), which keeps the
@@ -68,7 +69,7 @@ def em_routing(
     bfloat16 inputs.
 
     Args:
-        votes: `V[i, j]`, shape `(batch, num_inputs, num_outputs, 16)`: each
+        votes: `V[j, i]`, shape `(batch, num_outputs, num_inputs, 16)`: each
             child's 4x4 vote for each parent, flattened.
         activations: child activations `a[i]` in [0, 1], shape
             `(batch, num_inputs)`.
@@ -77,13 +78,13 @@ def em_routing(
         iterations: EM iterations, a positive integer.
         inverse_temperature: the final `lambda`.
         variance_epsilon: the variance floor.
-        return_responsibilities: also return `R` of the last E-step,
-            `(batch, num_inputs, num_outputs)`, summing to 1 over parents.
         tempering: the E-step exponent `tau`, a positive number (0.1), or a
             sequence of one per E-step (`iterations - 1` numbers). 1 is the
             paper's E-step.
         inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`;
             see `inverse_temperatures`.
+        return_coupling: also return the coupling, `R` of the last E-step,
+            `(batch, num_outputs, num_inputs)`, summing to 1 over the parents.
 
     Returns:
         `(poses, activations)`: the parents' means, `(batch, num_outputs, 16)`,
@@ -92,7 +93,7 @@ def em_routing(
     Example:
 
     >>> import numpy as np
-    >>> votes = np.random.normal(size=(2, 32, 5, 16)).astype("float32")
+    >>> votes = np.random.normal(size=(2, 5, 32, 16)).astype("float32")
     >>> poses, acts = em_routing(votes, np.ones((2, 32), "float32"),
     ...                          np.zeros(5, "float32"), np.zeros(5, "float32"))
     >>> tuple(poses.shape), tuple(acts.shape)
@@ -105,25 +106,20 @@ def em_routing(
     tempering_schedule(tempering, iterations)
     check_choice("inverse_temperature_schedule", inverse_temperature_schedule, SCHEDULES)
     check_in_unit_interval("activations", activations)
-    votes = ops.convert_to_tensor(votes)
+    votes = check_votes(votes, dim=16)
     activations = ops.convert_to_tensor(activations)
-    if len(votes.shape) != 4 or votes.shape[-1] != 16:
+    if tuple(activations.shape) != (votes.shape[0], votes.shape[2]):
         raise ValueError(
-            "`votes` must have shape (batch, num_inputs, num_outputs, 16): a flattened "
-            f"4x4 pose matrix per vote. Received: votes.shape={tuple(votes.shape)}"
+            "`activations` must have shape (batch, num_inputs) matching `votes` "
+            f"(batch, num_outputs, num_inputs, 16). Received: "
+            f"activations.shape={tuple(activations.shape)}, votes.shape={tuple(votes.shape)}"
         )
-    if tuple(activations.shape) != tuple(votes.shape[:2]):
-        raise ValueError(
-            "`activations` must have shape (batch, num_inputs) matching `votes`. "
-            f"Received: activations.shape={tuple(activations.shape)}, "
-            f"votes.shape={tuple(votes.shape)}"
-        )
-    num_outputs = votes.shape[2]
+    num_outputs = votes.shape[1]
     beta_v = _check_beta("beta_v", beta_v, num_outputs)
     beta_a = _check_beta("beta_a", beta_a, num_outputs)
     dtype = ops.dtype(votes)
     poses, acts, resp = em_route(
-        ops.expand_dims(ops.transpose(votes, (0, 2, 1, 3)), 1),
+        ops.expand_dims(votes, 1),
         ops.expand_dims(activations, 1),
         beta_v,
         beta_a,
@@ -135,16 +131,10 @@ def em_routing(
         tempering=tempering,
         schedule=inverse_temperature_schedule,
     )
-    poses, acts = poses[:, 0], acts[:, 0]
-    if dtype in LOW_PRECISION:
-        poses, acts = ops.cast(poses, dtype), ops.cast(acts, dtype)
-    if not return_responsibilities:
+    poses, acts = ops.cast(poses[:, 0], dtype), ops.cast(acts[:, 0], dtype)
+    if not return_coupling:
         return poses, acts
-    if resp is None:
-        resp = ops.full(ops.shape(votes)[:3], 1.0 / num_outputs)
-    else:
-        resp = ops.transpose(resp[:, 0], (0, 2, 1))
-    return poses, acts, resp
+    return poses, acts, (uniform_coupling(votes, "float32") if resp is None else resp[:, 0])
 
 
 def _check_beta(name, value, num_outputs):

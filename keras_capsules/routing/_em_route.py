@@ -69,7 +69,7 @@ def em_route(
             `"structured"` on the TensorFlow and JAX backends and
             `"autodiff"` elsewhere. Both give the same gradients up to
             float32 rounding. On TensorFlow `"structured"` is first-order
-            only (see `route_by_agreement`): use `"autodiff"` for gradients
+            only (see `dynamic_routing`): use `"autodiff"` for gradients
             of gradients.
 
     Returns:

@@ -2,12 +2,14 @@
 
 from keras import ops
 
+from keras_capsules._precision import to_float32
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import _scaled
-from keras_capsules.routing._contract import LOW_PRECISION
+from keras_capsules.routing._contract import check_votes
 from keras_capsules.routing._contract import contract_inputs
 from keras_capsules.routing._contract import contract_pose
+from keras_capsules.routing._contract import uniform_coupling
 
 LAYER_NORM_EPSILON = 1e-5
 """The layer norm's epsilon, as `torch.nn.LayerNorm`'s in the official code."""
@@ -48,15 +50,15 @@ def inverted_dot_product_routing(
     child uniformly. Each of the `iterations` iterations then computes, from
     the poses of the previous iteration, for all parents at once:
 
-    - the agreements `a[i, j] = agreement_scale * p[j] . votes[i, j]`;
-    - the routing coefficients `r[i, :] = softmax(a[i, :])`, a softmax over
+    - the agreements `a[j, i] = agreement_scale * p[j] . votes[j, i]`;
+    - the routing coefficients `r[:, i] = softmax(a[:, i])`, a softmax over
       the *parents* `j` for every child `i` (the "inverted" attention: the
       parents compete for each child);
-    - the poses `p[j] = LayerNorm(sum_i r[i, j] * votes[i, j])`, the layer
+    - the poses `p[j] = LayerNorm(sum_i r[j, i] * votes[j, i])`, the layer
       norm normalising each parent's pose over its `output_dim` entries,
       then multiplying by `gamma` and adding `beta`.
 
-    The first iteration is thus `p[j] = LayerNorm(sum_i votes[i, j] / num_outputs)`,
+    The first iteration is thus `p[j] = LayerNorm(sum_i votes[j, i] / num_outputs)`,
     and `iterations=1` does no routing by agreement. The official code scales
     the agreements by `1 / sqrt(output_dim)` (`agreement_scale`); the paper's
     Procedure 1 does not (the default).
@@ -72,8 +74,8 @@ def inverted_dot_product_routing(
     gets the pose `beta`, as do zero votes.
 
     Args:
-        votes: the children's votes `v[i, j]` for the parents' poses, shape
-            `(batch, num_inputs, num_outputs, output_dim)` (a 4x4 pose matrix
+        votes: the children's votes `v[j, i]` for the parents' poses, shape
+            `(batch, num_outputs, num_inputs, output_dim)` (a 4x4 pose matrix
             flattened to 16 entries).
         iterations: number of routing iterations, a positive integer; the
             first routes uniformly.
@@ -85,7 +87,7 @@ def inverted_dot_product_routing(
         agreement_scale: the factor of the dot products, a positive number:
             1 in the paper, `1 / sqrt(output_dim)` in the official code.
         return_coupling: if `True`, also return the routing coefficients `r`
-            of the last iteration, shape `(batch, num_inputs, num_outputs)`;
+            of the last iteration, shape `(batch, num_outputs, num_inputs)`;
             they sum to 1 over the parents.
 
     Returns:
@@ -95,7 +97,7 @@ def inverted_dot_product_routing(
     Example:
 
     >>> import numpy as np
-    >>> votes = np.random.normal(size=(2, 64, 10, 16)).astype("float32")
+    >>> votes = np.random.normal(size=(2, 10, 64, 16)).astype("float32")
     >>> tuple(inverted_dot_product_routing(votes, iterations=2).shape)
     (2, 10, 16)
 
@@ -106,32 +108,23 @@ def inverted_dot_product_routing(
     check_positive_int("iterations", iterations)
     check_positive("epsilon", epsilon)
     check_positive("agreement_scale", agreement_scale)
-    if len(votes.shape) != 4:
-        raise ValueError(
-            "`votes` must have shape (batch, num_inputs, num_outputs, output_dim). "
-            f"Received: votes.shape={tuple(votes.shape)}"
-        )
-    votes = ops.convert_to_tensor(votes)
+    votes = check_votes(votes)
     gamma = _layer_norm_weight("gamma", gamma, votes.shape)
     beta = _layer_norm_weight("beta", beta, votes.shape)
-    poses, coupling = route_inverted(
-        ops.transpose(votes, (0, 2, 1, 3)), iterations, gamma, beta, epsilon, agreement_scale
-    )
+    votes, dtype = to_float32(votes)
+    poses, coupling = _route(votes, iterations, gamma, beta, epsilon, agreement_scale)
+    poses = ops.cast(poses, dtype)
     if not return_coupling:
         return poses
-    if coupling is None:  # a single iteration: every coefficient is 1 / num_outputs
-        shape = ops.shape(votes)
-        coupling = ops.full(shape[:3], 1.0 / votes.shape[2], dtype=ops.dtype(poses))
-    else:
-        coupling = ops.cast(ops.transpose(coupling, (0, 2, 1)), ops.dtype(poses))
-    return poses, coupling
+    coupling = uniform_coupling(votes) if coupling is None else coupling
+    return poses, ops.cast(coupling, dtype)
 
 
 def _layer_norm_weight(name, weight, votes_shape):
     if weight is None:
         return None
     weight = ops.convert_to_tensor(weight)
-    num_outputs, output_dim = votes_shape[2], votes_shape[3]
+    num_outputs, output_dim = votes_shape[1], votes_shape[3]
     shape = tuple(weight.shape)
     if shape not in ((output_dim,), (num_outputs, output_dim)):
         raise ValueError(
@@ -142,27 +135,8 @@ def _layer_norm_weight(name, weight, votes_shape):
     return weight
 
 
-def route_inverted(
-    votes,
-    iterations=2,
-    gamma=None,
-    beta=None,
-    epsilon=LAYER_NORM_EPSILON,
-    agreement_scale=1.0,
-):
-    """`inverted_dot_product_routing` on votes laid out `(batch, num_outputs, num_inputs, dim)`.
-
-    With the children next to the pose entries, the agreements and the
-    weighted sums of every iteration are batched matrix-vector products over
-    contiguous memory (as in `route_by_agreement`). `gamma` and `beta` (or
-    `None`) broadcast to `(num_outputs, dim)`. Returns `(poses, coupling)`:
-    the poses `(batch, num_outputs, dim)` in the dtype of `votes`, and the
-    routing coefficients of the last iteration laid out `(batch, num_outputs,
-    num_inputs)` in float32, or `None` after a single (uniform) iteration.
-    """
-    dtype = ops.dtype(votes)
-    if dtype in LOW_PRECISION:
-        votes = ops.cast(votes, "float32")
+def _route(votes, iterations, gamma, beta, epsilon, agreement_scale):
+    """The iterations on float32 or float64 votes: `(poses, coupling)`, `None` after one."""
     compute_dtype = ops.dtype(votes)
     gamma = None if gamma is None else ops.cast(gamma, compute_dtype)
     beta = None if beta is None else ops.cast(beta, compute_dtype)
@@ -197,8 +171,6 @@ def route_inverted(
             coupling = exp / ops.sum(exp, axis=1, keepdims=True)  # softmax over the parents
             weighted = contract_inputs(coupling * inverse, votes)
         poses = _layer_norm(weighted, c, gamma, beta, epsilon)
-    if dtype in LOW_PRECISION:
-        poses = ops.cast(poses, dtype)
     return poses, coupling
 
 

@@ -2,8 +2,9 @@
 
 from keras import ops
 
+from keras_capsules._precision import to_float32
 from keras_capsules.ops import exponential_squash
-from keras_capsules.routing._contract import LOW_PRECISION
+from keras_capsules.routing._contract import check_votes
 from keras_capsules.routing._contract import contract_inputs
 from keras_capsules.routing._contract import contract_pose
 
@@ -11,30 +12,28 @@ from keras_capsules.routing._contract import contract_pose
 def self_attention_routing(votes, bias=None, return_coupling=False):
     """Self-attention routing of Efficient-CapsNet, in one pass.
 
-    For every output capsule `j`, the votes of the `n` input capsules form a
-    matrix `U_j` (`n x d`) and their self-attention matrix is
-    `A_j = U_j U_j^T / sqrt(d)`. Each input capsule's agreement with the
-    others, `sum_k A_j[i, k]`, goes through a softmax over the output capsules
-    `j`, giving the coupling coefficients `c[i, j]`; the prior `bias[i, j]` is
-    added, and each output is `v_j = squash(sum_i (c[i, j] + bias[i, j]) *
-    U_j[i])` with the exponential squash (`keras_capsules.ops.exponential_squash`).
-    There are no iterations.
+    For every parent `j`, the votes of the `n` children form a matrix `U_j`
+    (`n x d`) and their self-attention matrix is `A_j = U_j U_j^T / sqrt(d)`.
+    Each child's agreement with the others, `sum_k A_j[i, k]`, goes through a
+    softmax over the parents `j`, giving the coupling coefficients `c[j, i]`;
+    the prior `bias[j, i]` is added, and each output is `v_j = squash(sum_i
+    (c[j, i] + bias[j, i]) * U_j[i])` with the exponential squash
+    (`keras_capsules.ops.exponential_squash`). There are no iterations.
 
     The row sums of `A_j` are computed as `U_j (sum_k U_j[k]) / sqrt(d)`, the
     same numbers without forming the `n x n` matrices: the cost is linear in
-    the number of input capsules. Routing runs in float32 whatever the dtype of
+    the number of children. Routing runs in float32 whatever the dtype of
     `votes` and returns their dtype. It stays finite for huge votes: the
     agreements, which scale as the square of the votes, never overflow, and
     only outputs longer than the largest float32 would not be finite.
 
     Args:
         votes: prediction vectors `u_hat[j|i]`, shape
-            `(batch, num_inputs, num_outputs, output_dim)`.
+            `(batch, num_outputs, num_inputs, output_dim)`.
         bias: optional prior of the coupling coefficients, added after the
-            softmax, shape `(num_inputs, num_outputs)` (the layer's learned
-            `B`); `None` for none.
+            softmax, shape `(num_outputs, num_inputs)`; `None` for none.
         return_coupling: if `True`, also return the coefficients `c + bias`,
-            shape `(batch, num_inputs, num_outputs)`.
+            shape `(batch, num_outputs, num_inputs)`.
 
     Returns:
         The output capsules `v`, shape `(batch, num_outputs, output_dim)`, or
@@ -43,7 +42,7 @@ def self_attention_routing(votes, bias=None, return_coupling=False):
     Example:
 
     >>> import numpy as np
-    >>> votes = np.random.normal(size=(2, 16, 10, 16)).astype("float32")
+    >>> votes = np.random.normal(size=(2, 10, 16, 16)).astype("float32")
     >>> tuple(self_attention_routing(votes).shape)
     (2, 10, 16)
 
@@ -51,37 +50,15 @@ def self_attention_routing(votes, bias=None, return_coupling=False):
         Mazzia, Salvetti, Chiaberge. Efficient-CapsNet: Capsule Network with
         Self-Attention Routing. Scientific Reports 11, 14634 (2021), eq. 6-8.
     """
-    if len(votes.shape) != 4:
-        raise ValueError(
-            "`votes` must have shape (batch, num_inputs, num_outputs, output_dim). "
-            f"Received: votes.shape={tuple(votes.shape)}"
-        )
-    votes = ops.convert_to_tensor(votes)
+    votes = check_votes(votes)
     if bias is not None:
         expected = tuple(votes.shape[1:3])
         if tuple(bias.shape) != expected and None not in expected:
             raise ValueError(
-                f"`bias` must have shape (num_inputs, num_outputs) = {expected}. "
+                f"`bias` must have shape (num_outputs, num_inputs) = {expected}. "
                 f"Received: bias.shape={tuple(bias.shape)}"
             )
-        bias = ops.transpose(bias)
-    outputs, coupling = attend(ops.transpose(votes, (0, 2, 1, 3)), bias)
-    if return_coupling:
-        return outputs, ops.transpose(coupling, (0, 2, 1))
-    return outputs
-
-
-def attend(votes, bias=None):
-    """`self_attention_routing` on votes laid out parents first: `(batch, outputs, inputs, dim)`.
-
-    `bias` is `(outputs, inputs)`. Returns the outputs `(batch, outputs, dim)`
-    and the coefficients `(batch, outputs, inputs)`. Every step is a batched
-    product with the votes (or the votes divided by their largest entry)
-    or a reduction of them.
-    """
-    dtype = ops.dtype(votes)
-    if dtype in LOW_PRECISION:
-        votes = ops.cast(votes, "float32")
+    votes, dtype = to_float32(votes)
     # The logits scale as the square of the votes: they are computed for the
     # votes divided by c = max(1, max |votes|) of each example, and multiplied
     # by c twice after subtracting their maximum, so that no product of two
@@ -104,6 +81,5 @@ def attend(votes, bias=None):
     if bias is not None:
         coupling = coupling + ops.cast(bias, ops.dtype(coupling))
     outputs = exponential_squash(contract_inputs(coupling, votes))
-    if ops.dtype(outputs) != dtype:
-        outputs, coupling = ops.cast(outputs, dtype), ops.cast(coupling, dtype)
-    return outputs, coupling
+    outputs, coupling = ops.cast(outputs, dtype), ops.cast(coupling, dtype)
+    return (outputs, coupling) if return_coupling else outputs

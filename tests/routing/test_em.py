@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_capsules.routing import em_routing
+from keras_capsules import routing
 from keras_capsules.routing import inverse_temperatures
 from keras_capsules.routing._em_route import EM_EPSILON
 from keras_capsules.routing._em_route import em_route
@@ -12,6 +12,8 @@ from keras_capsules.routing._positions import normalize_over_positions
 from tests import _references as ref
 from tests.conftest import BACKEND
 from tests.conftest import gradient
+
+em_routing = ref.in_reference_layout(routing.em_routing)
 
 
 def _routing_problem(seed, batch, num_in, num_out):
@@ -46,7 +48,7 @@ def test_matches_numpy_procedure(shape, iterations, tempering):
         iterations,
         inverse_temperature=0.1,
         variance_epsilon=1e-4,
-        return_responsibilities=True,
+        return_coupling=True,
         tempering=tempering,
     )
     for g, e in zip(got, expected):
@@ -67,7 +69,7 @@ def test_tempering_per_e_step_and_the_authors_schedule():
         beta_a,
         3,
         inverse_temperature=0.2,
-        return_responsibilities=True,
+        return_coupling=True,
         tempering=[0.05, 0.5],
         inverse_temperature_schedule="authors",
     )
@@ -80,7 +82,7 @@ def test_tempering_softens_the_responsibilities():
     spread = {}
     for tau in (1.0, 0.1):
         *_, resp = em_routing(
-            votes, activations, beta_v, beta_a, 3, return_responsibilities=True, tempering=tau
+            votes, activations, beta_v, beta_a, 3, return_coupling=True, tempering=tau
         )
         spread[tau] = ops.convert_to_numpy(resp).max(-1).mean()
     # The literal E-step gives every child almost wholly to one parent.
@@ -96,7 +98,7 @@ def test_responsibilities_sum_to_one_and_activations_in_unit_interval():
         np.zeros(6),
         np.zeros(6),
         iterations=3,
-        return_responsibilities=True,
+        return_coupling=True,
     )
     np.testing.assert_allclose(ops.convert_to_numpy(resp).sum(-1), 1.0, atol=1e-5)
     acts = ops.convert_to_numpy(acts)

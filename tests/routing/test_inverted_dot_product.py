@@ -3,9 +3,11 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_capsules.routing._inverted_dot_product import inverted_dot_product_routing
+from keras_capsules import routing
 from tests import _references as ref
 from tests.conftest import gradient
+
+inverted_dot_product_routing = ref.in_reference_layout(routing.inverted_dot_product_routing)
 
 SHAPE = (2, 6, 3, 5)
 """The votes' shape of most tests: JAX compiles each operation once per shape."""

@@ -268,7 +268,8 @@ def test_exports_trace_the_routings_without_their_training_gradient():
         return routing.dynamic_routing(votes, iterations=3, gradient=gradient)
 
     def em(votes, gradient):
-        activations, beta = tf.fill(votes.shape[:2], 0.5), tf.zeros(votes.shape[2])
+        activations = tf.fill((votes.shape[0], votes.shape[2]), 0.5)
+        beta = tf.zeros(votes.shape[1])
         # em_routing takes no `gradient`: "auto", the structured one on TensorFlow.
         return routing.em_routing(votes, activations, beta, beta, iterations=2)
 

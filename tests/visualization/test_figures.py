@@ -13,6 +13,7 @@ from keras_capsules.visualization import reconstruction_grid
 from keras_capsules.visualization import routing_heatmap
 from keras_capsules.visualization.perturbation import GAP
 from tests._references import dynamic_routing as numpy_procedure_1
+from tests._references import swap_parents_and_children
 
 matplotlib_image = pytest.importorskip("matplotlib.image")
 
@@ -133,6 +134,7 @@ def test_couplings_match_procedure_1_on_the_primary_grid(model, digits):
     np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-5)
     primary = keras.Model(model.input, model.get_layer("primary_caps").output)(x[:1, ..., None])
     votes = keras.ops.convert_to_numpy(model.get_layer("digit_caps").votes(primary))
+    votes = swap_parents_and_children(votes)
     _, expected = numpy_procedure_1(votes, iterations=3)
     expected = expected[0].reshape(6, 6, 4, 10)
     np.testing.assert_allclose(maps, expected.mean(2), atol=1e-5)
