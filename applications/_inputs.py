@@ -6,6 +6,8 @@ import warnings
 import keras
 import numpy as np
 
+from keras_capsules._validation import is_number
+
 PIXELS = 1.0 / 255.0
 """The default `rescale`: images arrive as 8-bit pixel values in [0, 255]."""
 
@@ -14,7 +16,7 @@ def check_rescale(rescale):
     """`rescale` as a float, or `None`; a `ValueError` naming it otherwise."""
     if rescale is None:
         return None
-    if isinstance(rescale, bool) or not isinstance(rescale, (int, float)):
+    if not is_number(rescale):
         raise ValueError(f"`rescale` must be a positive number or None. Received: {rescale!r}")
     if not (math.isfinite(rescale) and rescale > 0):
         raise ValueError(f"`rescale` must be a positive number or None. Received: {rescale!r}")

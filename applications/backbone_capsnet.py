@@ -2,12 +2,13 @@ import keras
 
 from applications._capsule_classifier import CapsuleClassifier
 from applications._capsule_classifier import check_reconstruction_weight
-from applications._checks import check_positive_ints
-from applications._checks import image_shape
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
+from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_positive_ints
+from keras_capsules._validation import is_number
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.layers import DepthwisePrimaryCapsule
@@ -318,8 +319,8 @@ def _input_shape(backbone, input_shape):
                 f"{'unknown' if own is None else (None,) + own}. Pass "
                 "input_shape=(height, width, channels)."
             )
-        return image_shape(own)
-    input_shape = image_shape(input_shape)
+        return check_image_shape(own)
+    input_shape = check_image_shape(input_shape)
     if own is not None and any(o is not None and o != i for o, i in zip(own, input_shape)):
         raise ValueError(
             f"`input_shape` {input_shape} does not fit the backbone's input shape "
@@ -366,11 +367,7 @@ def _spread_margin(routing, spread_margin):
         return None
     if spread_margin is None:
         return _SPREAD_MARGIN
-    if (
-        isinstance(spread_margin, bool)
-        or not isinstance(spread_margin, (int, float))
-        or not 0 < spread_margin <= 1
-    ):
+    if not is_number(spread_margin) or not 0 < spread_margin <= 1:
         raise ValueError(
             f"`spread_margin` must be a number in (0, 1]. Received: spread_margin={spread_margin!r}"
         )

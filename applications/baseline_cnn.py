@@ -1,7 +1,5 @@
 import keras
 
-from applications._checks import check_positive_ints
-from applications._checks import image_shape
 from applications._defaults import PortableCompile
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
@@ -11,6 +9,9 @@ from applications._inputs import PIXELS
 from applications._inputs import InputRangeCheck
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
+from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_positive_ints
+from keras_capsules._validation import is_number
 
 POOLING = (None, "max")
 
@@ -96,7 +97,7 @@ class BaselineCNN(PortableCompile, PortableExport, InputRangeCheck, keras.Model)
         name="baseline_cnn",
         **kwargs,
     ):
-        input_shape = image_shape(input_shape)
+        input_shape = check_image_shape(input_shape)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         check_positive_ints(num_classes=num_classes, kernel_size=kernel_size)
@@ -109,7 +110,7 @@ class BaselineCNN(PortableCompile, PortableExport, InputRangeCheck, keras.Model)
             raise ValueError(f"`filters` must name at least one layer. Received: filters={filters}")
         if pooling not in POOLING:
             raise ValueError(f'`pooling` must be None or "max". Received: pooling={pooling!r}')
-        if isinstance(dropout, bool) or not 0 <= dropout < 1:
+        if not is_number(dropout) or not 0 <= dropout < 1:
             raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}")
 
         images = keras.Input(shape=input_shape, name="images")

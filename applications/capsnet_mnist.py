@@ -2,12 +2,12 @@ import keras
 
 from applications._capsule_classifier import CapsuleClassifier
 from applications._capsule_classifier import check_reconstruction_weight
-from applications._checks import check_positive_ints
-from applications._checks import image_shape
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
+from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.layers import PrimaryCapsule
 
@@ -102,7 +102,7 @@ class CapsNetMNIST(CapsuleClassifier):
         name="capsnet_mnist",
         **kwargs,
     ):
-        input_shape = image_shape(input_shape)
+        input_shape = check_image_shape(input_shape)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         check_positive_ints(

@@ -1,8 +1,6 @@
 import keras
 from keras import ops
 
-from applications._checks import check_positive_ints
-from applications._checks import image_shape
 from applications._defaults import PortableCompile
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
@@ -16,6 +14,10 @@ from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
 from keras_capsules import routing
+from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_positive_ints
+from keras_capsules._validation import is_int
+from keras_capsules._validation import is_number
 from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.layers import MatrixCapsule
 from keras_capsules.layers import PrimaryMatrixCapsule
@@ -162,7 +164,7 @@ class MatrixCapsNetNORB(
                 ("D", D, "conv_caps2_types", conv_caps2_types),
             )
         )
-        input_shape = image_shape(input_shape)
+        input_shape = check_image_shape(input_shape)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         check_positive_ints(iterations=iterations, num_classes=num_classes)
@@ -357,7 +359,7 @@ def _size(letter, letter_value, name, value):
                 f"Received: {name}={value!r}, {letter}={letter_value!r}"
             )
         value = letter_value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(
             f"`{name}` (the paper's {letter}) must be a positive integer. "
             f"Received: {name}={value!r}"
@@ -375,7 +377,7 @@ def _checked_margin(margin):
                 f"{first}. Received: spread_margin={margin!r}"
             )
         return margin
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin <= 1:
+    if not is_number(margin) or not 0 < margin <= 1:
         raise ValueError(
             "`spread_margin` must be a number in (0, 1] or a "
             "keras.optimizers.schedules.LearningRateSchedule. "

@@ -5,15 +5,32 @@ from keras import ops
 from keras.backend import is_keras_tensor
 
 
+def is_int(value, numpy=False):
+    """Whether `value` is a Python integer (or, with `numpy`, a NumPy one), not a bool."""
+    kinds = (int, np.integer) if numpy else int
+    return isinstance(value, kinds) and not isinstance(value, (bool, np.bool_))
+
+
+def is_number(value):
+    """Whether `value` is a Python integer or float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_positive_int(name, value):
     """Raise a `ValueError` naming `name` unless `value` is a positive integer."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def check_positive_ints(**arguments):
+    """Raise a `ValueError` naming the first argument that is not a positive integer."""
+    for name, value in arguments.items():
+        check_positive_int(name, value)
 
 
 def check_positive(name, value):
     """Raise a `ValueError` naming `name` unless `value` is a positive number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if not is_number(value) or not value > 0:
         raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
 
 
@@ -28,7 +45,7 @@ def check_gradient_method(gradient, stop_gradient=False):
     """Raise a `ValueError` unless `gradient` names a routing gradient method.
 
     The methods are `"auto"`, `"autodiff"` and `"structured"`
-    (`keras_capsules.routing._dynamic.route_by_agreement`, `em_route`); the structured
+    (`keras_capsules.routing.dynamic_routing`, `em_routing`); the structured
     gradient does not stop the gradient through the inner iterations.
     """
     if gradient not in ("auto", "autodiff", "structured"):
@@ -43,9 +60,7 @@ def check_gradient_method(gradient, stop_gradient=False):
 def check_image_shape(input_shape):
     """Return `input_shape` as a tuple, or raise unless it is (height, width, channels)."""
     input_shape = tuple(input_shape)
-    if len(input_shape) != 3 or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in input_shape
-    ):
+    if len(input_shape) != 3 or not all(is_int(d) and d > 0 for d in input_shape):
         raise ValueError(
             "`input_shape` must be (height, width, channels) of positive integers. "
             f"Received: input_shape={input_shape!r}"

@@ -11,7 +11,8 @@ a CNN 66%, both about 99.2% on the expanded MNIST test set).
 - `training_pipeline()` does the same on the fly with `tf.data`, a new
   position for every digit every epoch.
 - `random_affine()` transforms digits as affNIST does and places them on the
-  canvas (bilinear sampling in NumPy); `affnist_test_set()` applies it to a
+  canvas (bilinear sampling, `keras.ops.image.affine_transform`);
+  `affnist_test_set()` applies it to a
   split, e.g. the MNIST test digits.
 
 Every function is deterministic for a given seed. The affine ranges are
@@ -45,8 +46,11 @@ Example:
 """
 
 import numpy as np
+from keras import ops
 
 from keras_capsules._optional import require
+from keras_capsules._validation import is_int
+from keras_capsules.datasets._shift import shifted_windows
 from keras_capsules.datasets.multimnist import _check_images
 
 CANVAS_SIZE = 40
@@ -63,17 +67,13 @@ _CHUNK = 1000
 
 
 def _check_seed(seed):
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not is_int(seed, numpy=True) or seed < 0:
         raise ValueError(f"`seed` must be a non-negative integer. Received: seed={seed!r}")
     return int(seed)
 
 
 def _check_canvas(canvas_size, x):
-    if (
-        isinstance(canvas_size, bool)
-        or not isinstance(canvas_size, (int, np.integer))
-        or canvas_size < max(x.shape[1:])
-    ):
+    if not is_int(canvas_size, numpy=True) or canvas_size < max(x.shape[1:]):
         raise ValueError(
             "`canvas_size` must be an integer at least the image size "
             f"{max(x.shape[1:])}. Received: canvas_size={canvas_size!r}"
@@ -155,16 +155,9 @@ def expand(x, seed=0, canvas_size=CANVAS_SIZE):
 
 def _place_batch(images, offsets, canvas_size):
     """TensorFlow twin of `place()`: `(b, h, w)` images and `(b, 2)` offsets."""
-    tf = require("tensorflow", "The affine-robustness tf.data pipeline")
-
-    height, width = images.shape[1], images.shape[2]
-    pad_rows, pad_cols = canvas_size - height, canvas_size - width
-    padded = tf.pad(images, [[0, 0], [pad_rows, pad_rows], [pad_cols, pad_cols]])
+    pad = (canvas_size - images.shape[1], canvas_size - images.shape[2])
     # Canvas row r shows image row r - offset, which is padded row r - offset + pad.
-    rows = (pad_rows - offsets[:, :1]) + tf.range(canvas_size)[None, :]
-    cols = (pad_cols - offsets[:, 1:]) + tf.range(canvas_size)[None, :]
-    picked = tf.gather(padded, rows, batch_dims=1)
-    return tf.gather(picked, cols, axis=2, batch_dims=1)
+    return shifted_windows(images, pad - offsets, (canvas_size, canvas_size), pad)
 
 
 def training_pipeline(x, y, batch_size=100, canvas_size=CANVAS_SIZE, shuffle=True, seed=None):
@@ -201,7 +194,7 @@ def training_pipeline(x, y, batch_size=100, canvas_size=CANVAS_SIZE, shuffle=Tru
     y = _check_labels(y, len(x))
     if seed is not None:
         seed = _check_seed(seed)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise ValueError(
             f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}"
         )
@@ -254,23 +247,28 @@ def affine_matrices(rotation, shear, scale):
     return rotate @ shear_matrix @ (scale[:, :, None] * np.eye(2))
 
 
-def _bilinear(images, points):
-    """Sample `(n, h, w)` images at `(n, m, 2)` (x, y) points; zero outside."""
-    n, height, width = images.shape
-    padded = np.pad(images.astype(np.float32), ((0, 0), (1, 1), (1, 1)))
-    x = np.clip(points[..., 0], -1.0, width) + 1.0
-    y = np.clip(points[..., 1], -1.0, height) + 1.0
-    x0 = np.minimum(np.floor(x).astype(np.int64), width)
-    y0 = np.minimum(np.floor(y).astype(np.int64), height)
-    fx, fy = (x - x0).astype(np.float32), (y - y0).astype(np.float32)
-    batch = np.arange(n)[:, None]
+def _resample(x, inverse, offset, canvas_size):
+    """The digits on the canvas: canvas point `p` shows source point `inverse @ (p - offset)`.
 
-    def at(yy, xx):
-        return padded[batch, yy, xx]
-
-    top = at(y0, x0) * (1 - fx) + at(y0, x0 + 1) * fx
-    bottom = at(y0 + 1, x0) * (1 - fx) + at(y0 + 1, x0 + 1) * fx
-    return top * (1 - fy) + bottom * fy
+    Bilinear, zero outside the digit (`keras.ops.image.affine_transform` on
+    the digit placed at the top-left of a blank canvas), rounded to uint8.
+    """
+    n, height, width = x.shape
+    source = np.zeros((n, canvas_size, canvas_size, 1), np.float32)
+    source[:, :height, :width, 0] = x
+    origin = -np.einsum("nij,nj->ni", inverse, offset)
+    transform = np.concatenate(
+        [inverse[:, 0], origin[:, :1], inverse[:, 1], origin[:, 1:], np.zeros((n, 2))], axis=1
+    )
+    images = ops.image.affine_transform(
+        source,
+        transform.astype(np.float32),
+        interpolation="bilinear",
+        fill_mode="constant",
+        fill_value=0,
+        data_format="channels_last",
+    )
+    return np.clip(np.rint(ops.convert_to_numpy(images)[..., 0]), 0, 255).astype(np.uint8)
 
 
 def _translation_limits(x, linear, canvas_size):
@@ -379,16 +377,11 @@ def random_affine(
     offset = canvas_centre + translation - np.einsum("nij,j->ni", linear, source_centre)
     matrices = np.concatenate([linear, offset[:, :, None]], axis=2)
 
-    grid_y, grid_x = np.mgrid[0:canvas_size, 0:canvas_size]
-    grid = np.stack([grid_x.ravel(), grid_y.ravel()], -1).astype(np.float64)  # (m, 2)
     inverse = np.linalg.inv(linear)
     images = np.empty((n, canvas_size, canvas_size), np.uint8)
     for start in range(0, n, _CHUNK):
         part = slice(start, start + _CHUNK)
-        # source = A^-1 (canvas - offset)
-        points = np.einsum("nij,nmj->nmi", inverse[part], grid[None] - offset[part, None])
-        values = _bilinear(x[part], points)
-        images[part] = np.clip(np.rint(values), 0, 255).reshape(-1, canvas_size, canvas_size)
+        images[part] = _resample(x[part], inverse[part], offset[part], canvas_size)
     return {
         "images": images,
         "rotation": angles,

@@ -17,6 +17,7 @@ import numpy as np
 
 from keras_capsules._optional import require
 from keras_capsules.datasets import _idx_dataset
+from keras_capsules.datasets._shift import shifted_windows
 
 DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "data", "mnist")
 
@@ -84,16 +85,11 @@ def random_shift(images, max_shift=2, seed=None):
     if max_shift == 0:
         return images
     shape = tf.shape(images)
-    height, width = images.shape[1], images.shape[2]
-    padded = tf.pad(images, [[0, 0], [max_shift, max_shift], [max_shift, max_shift], [0, 0]])
     if isinstance(seed, int) or seed is None:
         offsets = tf.random.uniform((shape[0], 2), 0, 2 * max_shift + 1, tf.int32, seed=seed)
     else:
         offsets = tf.random.stateless_uniform((shape[0], 2), seed, 0, 2 * max_shift + 1, tf.int32)
-    rows = offsets[:, :1] + tf.range(height)[None, :]
-    cols = offsets[:, 1:] + tf.range(width)[None, :]
-    picked_rows = tf.gather(padded, rows, batch_dims=1)
-    return tf.gather(picked_rows, cols, axis=2, batch_dims=1)
+    return shifted_windows(images, offsets, (images.shape[1], images.shape[2]), max_shift)
 
 
 def training_pipeline(x, y, batch_size=100, max_shift=2, shuffle=True, seed=None):

@@ -37,6 +37,8 @@ Example:
 import numpy as np
 
 from keras_capsules._optional import require
+from keras_capsules._validation import is_int
+from keras_capsules.datasets._shift import shifted_windows
 
 MAX_SHIFT = 4
 """Largest shift of a digit in pixels, in each direction (the paper's 4)."""
@@ -46,7 +48,7 @@ RULES = ("sum", "max")
 
 
 def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+    if not is_int(value, numpy=True) or value < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
     return int(value)
 
@@ -193,16 +195,14 @@ def shift(images, shifts, max_shift=MAX_SHIFT):
     Returns:
         uint8 `(n, height + 2 * max_shift, width + 2 * max_shift)`.
     """
+    tf = require("tensorflow", "datasets.multimnist.shift")
+
     images = np.asarray(images)
     shifts = np.asarray(shifts)
     if np.abs(shifts).max(initial=0) > max_shift:
         raise ValueError(f"`shifts` must lie in [-{max_shift}, {max_shift}].")
-    n, height, width = images.shape
-    padded = np.pad(images, ((0, 0), (2 * max_shift,) * 2, (2 * max_shift,) * 2))
-    # Canvas row r shows padded row r + max_shift - dy (the digit starts at max_shift + dy).
-    rows = (max_shift - shifts[:, :1]) + np.arange(height + 2 * max_shift)
-    cols = (max_shift - shifts[:, 1:]) + np.arange(width + 2 * max_shift)
-    return padded[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]]
+    shifted = _shift_batch(tf.constant(images), tf.constant(shifts, tf.int32), max_shift)
+    return shifted.numpy()
 
 
 def _combine(a, b, rule):
@@ -307,18 +307,11 @@ def test_set(x_test, y_test, pairs_per_digit=1, seed=1, rule="sum", num_classes=
     }
 
 
-def _shift_batch(images, shifts):
-    """TensorFlow twin of `shift()`: `(b, 28, 28)` images and `(b, 2)` shifts."""
-    tf = require("tensorflow", "The MultiMNIST tf.data pipeline")
-
-    height, width = images.shape[1], images.shape[2]
-    pad = 2 * MAX_SHIFT
-    padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad]])
-    start = MAX_SHIFT - shifts
-    rows = start[:, :1] + tf.range(height + 2 * MAX_SHIFT)[None, :]
-    cols = start[:, 1:] + tf.range(width + 2 * MAX_SHIFT)[None, :]
-    picked = tf.gather(padded, rows, batch_dims=1)
-    return tf.gather(picked, cols, axis=2, batch_dims=1)
+def _shift_batch(images, shifts, max_shift=MAX_SHIFT):
+    """`shift()` on tensors: `(b, height, width)` images and `(b, 2)` int32 shifts."""
+    size = (images.shape[1] + 2 * max_shift, images.shape[2] + 2 * max_shift)
+    # Canvas row r shows padded row r + max_shift - dy (the digit starts at max_shift + dy).
+    return shifted_windows(images, max_shift - shifts, size, 2 * max_shift)
 
 
 def training_pipeline(

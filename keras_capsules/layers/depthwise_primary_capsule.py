@@ -2,15 +2,16 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import is_int
 from keras_capsules.ops import exponential_squash
 
 
 def _pair(name, value):
-    pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
+    pair = (value, value) if is_int(value) else value
     if (
         not isinstance(pair, (tuple, list))
         or len(pair) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair)
+        or not all(is_int(v) and v > 0 for v in pair)
     ):
         raise ValueError(
             f"`{name}` must be a positive integer or a tuple of 2. Received: {name}={value!r}"

@@ -3,6 +3,8 @@ import math
 import keras
 from keras import ops
 
+from keras_capsules._validation import is_int
+
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class ReconstructionDecoder(keras.layers.Layer):
@@ -39,9 +41,7 @@ class ReconstructionDecoder(keras.layers.Layer):
     def __init__(self, target_shape, hidden_units=(512, 1024), **kwargs):
         super().__init__(**kwargs)
         target_shape = tuple(target_shape)
-        if not target_shape or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in target_shape
-        ):
+        if not target_shape or not all(is_int(d) and d > 0 for d in target_shape):
             raise ValueError(
                 "`target_shape` must be a tuple of positive integers. "
                 f"Received: target_shape={target_shape!r}"

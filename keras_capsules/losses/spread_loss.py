@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import is_number
 from keras_capsules.losses.margin_loss import _one_hot_like
 
 
@@ -41,10 +42,10 @@ class SpreadLoss(keras.losses.Loss):
 
     def __init__(self, margin=0.2, reduction="sum_over_batch_size", name="spread_loss"):
         super().__init__(reduction=reduction, name=name)
-        if isinstance(margin, bool) or not (
+        if not (
             isinstance(margin, keras.Variable)
             or ops.is_tensor(margin)
-            or (isinstance(margin, (int, float)) and 0 < margin <= 1)
+            or (is_number(margin) and 0 < margin <= 1)
         ):
             raise ValueError(f"`margin` must be in (0, 1]. Received: margin={margin!r}")
         self.margin = margin

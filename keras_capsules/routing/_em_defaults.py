@@ -2,6 +2,7 @@
 
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import is_number
 
 INVERSE_TEMPERATURE = 0.01
 """Default final inverse temperature `lambda` of EM routing."""
@@ -61,7 +62,7 @@ def tempering_schedule(tempering, iterations):
     else:
         values = [tempering] * (iterations - 1)
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e30:
+        if not is_number(value) or not 0 < value < 1e30:
             raise ValueError(
                 "`tempering` must be a positive finite number or a sequence of them. "
                 f"Received: tempering={tempering!r}"

@@ -7,6 +7,7 @@ import numpy as np
 
 from keras_capsules._atomic import replacing
 from keras_capsules._optional import require
+from keras_capsules._validation import is_int
 
 SERVING_SIGNATURE = "serving_default"
 OUT_OF_RANGE = (
@@ -239,7 +240,7 @@ def export_saved_model(
         raise ValueError(
             f"`output_kind` must be one of {OUTPUT_KINDS}. Received: output_kind={output_kind!r}"
         )
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    if not is_int(version) or version < 1:
         raise ValueError(f"`version` must be a positive integer. Received: version={version!r}")
     path = os.path.join(output_dir, str(version))
     if os.path.exists(path):

@@ -7,11 +7,12 @@ import numpy as np
 
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import is_number
 
 
 def check_fraction(name, value, low=0.0, high=1.0):
     """Raise a `ValueError` naming `name` unless `low < value <= high`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+    if not is_number(value) or not low < value <= high:
         raise ValueError(f"`{name}` must be in ({low}, {high}]. Received: {name}={value!r}")
 
 

@@ -1,4 +1,5 @@
 from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import is_int
 from keras_capsules.tuning._base import CapsuleHyperModel
 
 
@@ -92,9 +93,7 @@ class CapsNetHyperModel(CapsuleHyperModel):
             check_positive_int(arg, locals()[arg])
         if decoder_units is not None:
             decoder_units = tuple(decoder_units)
-            if not decoder_units or not all(
-                isinstance(u, int) and not isinstance(u, bool) and u > 0 for u in decoder_units
-            ):
+            if not decoder_units or not all(is_int(u) and u > 0 for u in decoder_units):
                 raise ValueError(
                     "`decoder_units` must be None or a non-empty sequence of positive integers. "
                     f"Received: decoder_units={decoder_units!r}"

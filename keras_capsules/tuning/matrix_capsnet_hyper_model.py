@@ -2,6 +2,7 @@ from keras_capsules import routing
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import is_number
 from keras_capsules.routing import _em_defaults
 from keras_capsules.routing import _positions
 from keras_capsules.tuning._base import CapsuleHyperModel
@@ -105,7 +106,7 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         )
         if rescale is not None:
             check_positive("rescale", rescale)
-        if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+        if not is_number(weight_decay):
             raise ValueError(f"`weight_decay` must be a number. Received: {weight_decay!r}")
         if weight_decay < 0:
             raise ValueError(

@@ -47,6 +47,7 @@ it already had (a worker restarted, or a call sent again to a restarted chief).
 
 import keras_tuner as kt
 
+from keras_capsules._validation import check_positive_int
 from keras_capsules.tuning._oracles import _BayesianOptimizationOracle
 from keras_capsules.tuning._oracles import _HyperbandOracle
 from keras_capsules.tuning._oracles import _RandomSearchOracle
@@ -205,8 +206,7 @@ def create_tuner(
     ):
         if value is None and optional:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+        check_positive_int(name, value)
     if tuner == "hyperband" and factor < 2:
         raise ValueError(f"`factor` must be at least 2. Received: factor={factor!r}")
     if not isinstance(max_retries_per_trial, int) or max_retries_per_trial < 0:

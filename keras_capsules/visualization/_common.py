@@ -5,6 +5,8 @@ import os
 import numpy as np
 
 from keras_capsules._atomic import replacing
+from keras_capsules._validation import is_int
+from keras_capsules._validation import is_number
 
 
 def new_figure(rows, cols, cell_inches=1.0, dpi=100, size=None):
@@ -39,7 +41,7 @@ def save(figure, path):
 
 
 def check_dpi(dpi):
-    if isinstance(dpi, bool) or not isinstance(dpi, (int, float)) or not dpi > 0:
+    if not is_number(dpi) or not dpi > 0:
         raise ValueError(f"`dpi` must be a positive number. Received: dpi={dpi!r}")
 
 
@@ -83,7 +85,7 @@ def check_images(model, x, name="x", single=False):
 
 
 def check_class(model, name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not is_int(value, numpy=True):
         raise ValueError(f"`{name}` must be a class index. Received: {name}={value!r}")
     if not 0 <= value < model.num_classes:
         raise ValueError(

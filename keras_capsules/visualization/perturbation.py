@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from keras_capsules._validation import is_int
 from keras_capsules.visualization import _common
 
 PAPER_STEPS = np.round(np.arange(-0.25, 0.2501, 0.05), 2) + 0.0  # + 0.0: no -0.0
@@ -13,10 +14,7 @@ GAP = 2
 
 def _check_dims(dims, capsule_dim):
     dims = list(range(capsule_dim)) if dims is None else list(dims)
-    if not dims or not all(
-        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and 0 <= d < capsule_dim
-        for d in dims
-    ):
+    if not dims or not all(is_int(d, numpy=True) and 0 <= d < capsule_dim for d in dims):
         raise ValueError(
             f"`dims` must be a non-empty list of capsule dimensions in [0, {capsule_dim}). "
             f"Received: dims={dims!r}"

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from keras_capsules._validation import is_int
 from keras_capsules.visualization import _common
 
 REDUCTIONS = ("mean", "sum")
@@ -95,7 +96,7 @@ def routing_heatmap(
     >>> figure = routing_heatmap(model, x_test[0], path="routing.png")  # doctest: +SKIP
     """
     _common.check_dpi(dpi)
-    if isinstance(max_cols, bool) or not isinstance(max_cols, int) or max_cols < 1:
+    if not is_int(max_cols) or max_cols < 1:
         raise ValueError(f"`max_cols` must be a positive integer. Received: max_cols={max_cols!r}")
     maps = couplings(model, x, reduce)
     image = _common.check_images(model, x, single=True)
