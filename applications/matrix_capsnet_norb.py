@@ -22,6 +22,7 @@ from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.layers import MatrixCapsule
 from keras_capsules.layers import PrimaryMatrixCapsule
 from keras_capsules.losses import SpreadLoss
+from keras_capsules.routing._em_settings import EMSettings
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -167,19 +168,17 @@ class MatrixCapsNetNORB(
         input_shape = check_image_shape(input_shape)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
-        check_positive_ints(iterations=iterations, num_classes=num_classes)
+        check_positive_ints(num_classes=num_classes)
         if weight_decay < 0:
             raise ValueError(f"`weight_decay` must be non-negative. Received: {weight_decay!r}")
         regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
-        if isinstance(tempering, (list, tuple)):
-            tempering = list(tempering)
-        routed = {
-            "iterations": iterations,
-            "inverse_temperature": inverse_temperature,
-            "variance_epsilon": variance_epsilon,
-            "tempering": tempering,
-            "inverse_temperature_schedule": inverse_temperature_schedule,
-        }
+        routed = EMSettings(
+            iterations=iterations,
+            inverse_temperature=inverse_temperature,
+            variance_epsilon=variance_epsilon,
+            tempering=tempering,
+            inverse_temperature_schedule=inverse_temperature_schedule,
+        ).get_config()
 
         inputs = keras.Input(shape=input_shape, name="images")
         x = inputs
@@ -245,15 +244,11 @@ class MatrixCapsNetNORB(
             "primary_capsule_types": B,
             "conv_caps1_types": C,
             "conv_caps2_types": D,
-            "iterations": iterations,
+            **routed,
             "input_shape": input_shape,
             "num_classes": num_classes,
             "coordinate_addition": coordinate_addition,
-            "inverse_temperature": inverse_temperature,
-            "variance_epsilon": variance_epsilon,
-            "tempering": tempering,
             "normalization": normalization,
-            "inverse_temperature_schedule": inverse_temperature_schedule,
             "rescale": rescale,
             "weight_decay": weight_decay,
             "learning_rate": learning_rate,

@@ -142,6 +142,13 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
             cli.main(["train", "matrix-capsnet-mnist", "--tempering", bad])
         assert error.value.code == 2 and "--tempering" in capsys.readouterr().err
     assert _types.tempering("0.1,0.5") == [0.1, 0.5] and _types.tempering("1") == 1.0
+    # One tau per E-step: 3 iterations have 2. Refused before anything is written.
+    output = tmp_path / "em"
+    with pytest.raises(SystemExit, match=r"`tempering` must be .* one per E-step \(2 for 3"):
+        cli.main(
+            ["train", "matrix-capsnet-mnist", "--tempering", "0.1,0.2,0.3", "--output", str(output)]
+        )
+    assert not output.exists()
     with pytest.raises(SystemExit, match="no model"):
         cli.main(["evaluate", str(tmp_path / "missing.keras")])
 

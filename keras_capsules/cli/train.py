@@ -222,17 +222,29 @@ def _build_model(args, steps_per_epoch):
         B=args.B,
         C=args.C,
         D=args.D,
-        iterations=args.iterations,
         input_shape=(28, 28, 1) if mnist else (32, 32, 2),
         num_classes=10 if mnist else 5,
         rescale=1.0 / 255.0 if mnist else None,
-        inverse_temperature=args.inverse_temperature,
-        variance_epsilon=args.variance_epsilon,
-        tempering=args.tempering,
         normalization=args.normalization,
-        inverse_temperature_schedule=args.inverse_temperature_schedule,
         learning_rate=args.learning_rate,
+        **_em_settings(args).get_config(),
     )
+
+
+def _em_settings(args):
+    """EM routing's settings from the options, checked once: a bad one stops the run unstarted."""
+    from keras_capsules.routing._em_settings import EMSettings
+
+    try:
+        return EMSettings(
+            iterations=args.iterations,
+            inverse_temperature=args.inverse_temperature,
+            variance_epsilon=args.variance_epsilon,
+            tempering=args.tempering,
+            inverse_temperature_schedule=args.inverse_temperature_schedule,
+        )
+    except ValueError as error:
+        raise SystemExit(f"keras-capsules {args.command}: {error}") from None
 
 
 def _datasets(args, batch_size):
@@ -320,6 +332,8 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
 def run(args):
     """Run `keras-capsules train` with parsed arguments; return the exit status."""
     resolve_defaults(args)
+    if args.model in MATRIX_MODELS:
+        _em_settings(args)
     worker_folder = _worker_folder(args)
     if worker_folder is not None:
         args.output = worker_folder

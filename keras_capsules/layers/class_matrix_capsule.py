@@ -4,16 +4,12 @@ from keras import ops
 
 from keras_capsules import routing
 from keras_capsules._validation import check_capsule_inputs
-from keras_capsules._validation import check_choice
-from keras_capsules._validation import check_positive
-from keras_capsules._validation import check_positive_int
-from keras_capsules.routing import _em_defaults
-from keras_capsules.routing import _em_route
+from keras_capsules.layers._em_capsule import EMCapsule
 from keras_capsules.routing import _positions
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class ClassMatrixCapsule(keras.layers.Layer):
+class ClassMatrixCapsule(EMCapsule):
     """Class capsules: every capsule of a grid votes for each class, with coordinate addition.
 
     A child of type `i` at any position votes for class `j` with
@@ -79,26 +75,18 @@ class ClassMatrixCapsule(keras.layers.Layer):
         kernel_regularizer=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        check_positive_int("capsule_types", capsule_types)
-        check_positive_int("iterations", iterations)
-        check_positive("inverse_temperature", inverse_temperature)
-        check_positive("variance_epsilon", variance_epsilon)
-        _em_defaults.tempering_schedule(tempering, iterations)
-        check_choice(
-            "inverse_temperature_schedule", inverse_temperature_schedule, _em_defaults.SCHEDULES
+        super().__init__(
+            capsule_types,
+            iterations,
+            inverse_temperature,
+            variance_epsilon,
+            tempering,
+            inverse_temperature_schedule,
+            kernel_initializer,
+            kernel_regularizer,
+            **kwargs,
         )
-        self.capsule_types = capsule_types
-        self.iterations = iterations
         self.coordinate_addition = bool(coordinate_addition)
-        self.inverse_temperature = float(inverse_temperature)
-        self.variance_epsilon = float(variance_epsilon)
-        self.tempering = list(tempering) if isinstance(tempering, (list, tuple)) else tempering
-        self.inverse_temperature_schedule = inverse_temperature_schedule
-        if kernel_initializer is None:
-            kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.5)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
 
     def build(self, input_shape):
         poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True, known_grid=True)
@@ -108,18 +96,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
             offsets[..., 3] = ((np.arange(height) + 0.5) / height)[:, None, None]
             offsets[..., 7] = ((np.arange(width) + 0.5) / width)[None, :, None]
         self._offsets = offsets.reshape(-1, 16)
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(input_types, self.capsule_types, 4, 4),
-            initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer,
-        )
-        self.beta_v = self.add_weight(
-            name="beta_v", shape=(self.capsule_types,), initializer="zeros"
-        )
-        self.beta_a = self.add_weight(
-            name="beta_a", shape=(self.capsule_types,), initializer="zeros"
-        )
+        self.add_routing_weights(input_types)
 
     def call(self, inputs, return_responsibilities=False):
         poses, activations = inputs
@@ -133,21 +110,13 @@ class ClassMatrixCapsule(keras.layers.Layer):
         if self.coordinate_addition:
             votes = votes + ops.convert_to_tensor(self._offsets)
         child_activations = ops.reshape(ops.cast(activations, "float32"), (batch, 1, num_inputs))
-        out_poses, out_activations, resp = _em_route.em_route(
+        out_poses, out_activations, resp = self.route(
             ops.expand_dims(votes, 1),
             child_activations,
-            self.beta_v,
-            self.beta_a,
-            self.iterations,
-            self.inverse_temperature,
-            self.variance_epsilon,
-            initial_responsibility=1.0 / self.capsule_types,
-            log_normalize=_positions.normalize_over_outputs,
-            tempering=self.tempering,
-            schedule=self.inverse_temperature_schedule,
+            1.0 / self.capsule_types,
+            _positions.normalize_over_outputs,
         )
-        out_poses = ops.cast(out_poses[:, 0], self.compute_dtype)
-        out_activations = ops.cast(out_activations[:, 0], self.compute_dtype)
+        out_poses, out_activations = out_poses[:, 0], out_activations[:, 0]
         if not return_responsibilities:
             return out_poses, out_activations
         if resp is None:
@@ -166,17 +135,5 @@ class ClassMatrixCapsule(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "capsule_types": self.capsule_types,
-                "iterations": self.iterations,
-                "coordinate_addition": self.coordinate_addition,
-                "inverse_temperature": self.inverse_temperature,
-                "variance_epsilon": self.variance_epsilon,
-                "tempering": self.tempering,
-                "inverse_temperature_schedule": self.inverse_temperature_schedule,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
-            }
-        )
+        config["coordinate_addition"] = self.coordinate_addition
         return config

@@ -5,15 +5,13 @@ from keras import ops
 from keras_capsules import routing
 from keras_capsules._validation import check_capsule_inputs
 from keras_capsules._validation import check_choice
-from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
-from keras_capsules.routing import _em_defaults
-from keras_capsules.routing import _em_route
+from keras_capsules.layers._em_capsule import EMCapsule
 from keras_capsules.routing import _positions
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsule(keras.layers.Layer):
+class MatrixCapsule(EMCapsule):
     """Convolutional matrix capsules with EM routing (ConvCaps1 / ConvCaps2 of the paper).
 
     Every output position reads a `kernel_size x kernel_size` patch of input
@@ -95,31 +93,23 @@ class MatrixCapsule(keras.layers.Layer):
         kernel_regularizer=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        check_positive_int("capsule_types", capsule_types)
+        super().__init__(
+            capsule_types,
+            iterations,
+            inverse_temperature,
+            variance_epsilon,
+            tempering,
+            inverse_temperature_schedule,
+            kernel_initializer,
+            kernel_regularizer,
+            **kwargs,
+        )
         check_positive_int("kernel_size", kernel_size)
         check_positive_int("strides", strides)
-        check_positive_int("iterations", iterations)
-        check_positive("inverse_temperature", inverse_temperature)
-        check_positive("variance_epsilon", variance_epsilon)
-        _em_defaults.tempering_schedule(tempering, iterations)
         check_choice("normalization", normalization, _positions.NORMALIZATIONS)
-        check_choice(
-            "inverse_temperature_schedule", inverse_temperature_schedule, _em_defaults.SCHEDULES
-        )
-        self.capsule_types = capsule_types
         self.kernel_size = kernel_size
         self.strides = strides
-        self.iterations = iterations
-        self.inverse_temperature = float(inverse_temperature)
-        self.variance_epsilon = float(variance_epsilon)
-        self.tempering = list(tempering) if isinstance(tempering, (list, tuple)) else tempering
         self.normalization = normalization
-        self.inverse_temperature_schedule = inverse_temperature_schedule
-        if kernel_initializer is None:
-            kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.5)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
 
     def build(self, input_shape):
         poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True, known_grid=True)
@@ -139,30 +129,14 @@ class MatrixCapsule(keras.layers.Layer):
             initial = 1.0 / (counts[children] * self.capsule_types)
         initial = np.repeat(initial.reshape(-1, patch, 1), input_types, axis=-1)
         self._initial = initial.reshape(1, -1, 1, patch * input_types).astype("float32")
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(patch * input_types, self.capsule_types, 4, 4),
-            initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer,
-        )
-        self.beta_v = self.add_weight(
-            name="beta_v", shape=(self.capsule_types,), initializer="zeros"
-        )
-        self.beta_a = self.add_weight(
-            name="beta_a", shape=(self.capsule_types,), initializer="zeros"
-        )
+        self.add_routing_weights(patch * input_types)
 
-    def call(self, inputs, return_responsibilities=False):
-        poses, activations = inputs
-        poses = ops.cast(poses, "float32")
-        activations = ops.cast(activations, "float32")
+    def _patches(self, poses, activations):
+        """Each site's patch of children: poses `(batch, sites, inputs, 4, 4)`, activations."""
         shape = ops.shape(poses)
         batch, height, width, types = shape[0], shape[1], shape[2], shape[3]
-        out_h, out_w = self._out_size
-        sites = out_h * out_w
-        patch = self.kernel_size * self.kernel_size
-        num_inputs = patch * types
-        # Gather each site's patch of children: (batch, sites, patch * types, 17).
+        sites = self._out_size[0] * self._out_size[1]
+        num_inputs = self.kernel_size * self.kernel_size * types
         grid = ops.concatenate([poses, ops.expand_dims(activations, -1)], axis=-1)
         grid = ops.reshape(grid, (batch, height * width, types, 17))
         patches = ops.take(grid, self._children, axis=1)
@@ -171,11 +145,15 @@ class MatrixCapsule(keras.layers.Layer):
         # of zeros around it (TensorFlow's StridedSliceGrad), one per slice.
         child_poses, child_activations = ops.split(patches, [16], axis=-1)
         child_poses = ops.reshape(child_poses, (batch, sites, num_inputs, 4, 4))
-        child_activations = ops.squeeze(child_activations, -1)
+        return child_poses, ops.squeeze(child_activations, -1)
+
+    def _votes(self, child_poses):
+        """`votes[b, s, j, i] = pose[b, s, i] @ W[i, j]`, `(batch, sites, types, inputs, 16)`."""
+        shape = ops.shape(child_poses)
+        batch, sites, num_inputs = shape[0], shape[1], shape[2]
         kernel = ops.cast(self.kernel, "float32")
-        # votes[b, s, j, i] = pose[b, s, i] @ W[i, j]: one (batch sites 4 x 4) @
-        # (4 x types 4) product per input, then one transpose to routing's layout
-        # (15% faster than the equivalent einsum on TensorFlow's CPU kernels).
+        # One (batch sites 4 x 4) @ (4 x types 4) product per input, then one
+        # transpose to routing's layout.
         lhs = ops.reshape(
             ops.transpose(child_poses, (2, 0, 1, 3, 4)), (num_inputs, batch * sites * 4, 4)
         )
@@ -184,43 +162,36 @@ class MatrixCapsule(keras.layers.Layer):
             ops.matmul(lhs, rhs), (num_inputs, batch, sites, 4, self.capsule_types, 4)
         )
         votes = ops.transpose(votes, (1, 2, 4, 0, 3, 5))
-        votes = ops.reshape(votes, (batch, sites, self.capsule_types, num_inputs, 16))
+        return ops.reshape(votes, (batch, sites, self.capsule_types, num_inputs, 16))
+
+    def call(self, inputs, return_responsibilities=False):
+        poses, activations = (ops.cast(x, "float32") for x in inputs)
+        batch, types = ops.shape(poses)[0], ops.shape(poses)[3]
+        out_h, out_w = self._out_size
+        k = self.kernel_size
+        child_poses, child_activations = self._patches(poses, activations)
+        votes = self._votes(child_poses)
+        shape = (batch, out_h * out_w, self.capsule_types, k * k * types)
 
         def log_normalize(logits):
-            logits = ops.reshape(logits, (batch, sites, self.capsule_types, patch, types))
+            logits = ops.reshape(logits, (batch, out_h * out_w, self.capsule_types, k * k, types))
             log_r = _positions.normalize_over_positions(
                 logits, self._children, self._parents_of, self.normalization
             )
-            return ops.reshape(log_r, (batch, sites, self.capsule_types, num_inputs))
+            return ops.reshape(log_r, shape)
 
-        out_poses, out_activations, resp = _em_route.em_route(
-            votes,
-            child_activations,
-            self.beta_v,
-            self.beta_a,
-            self.iterations,
-            self.inverse_temperature,
-            self.variance_epsilon,
-            initial_responsibility=ops.convert_to_tensor(self._initial),
-            log_normalize=log_normalize,
-            tempering=self.tempering,
-            schedule=self.inverse_temperature_schedule,
+        initial = ops.convert_to_tensor(self._initial)
+        out_poses, out_activations, resp = self.route(
+            votes, child_activations, initial, log_normalize
         )
         out_poses = ops.reshape(out_poses, (batch, out_h, out_w, self.capsule_types, 16))
         out_activations = ops.reshape(out_activations, (batch, out_h, out_w, self.capsule_types))
-        out_poses = ops.cast(out_poses, self.compute_dtype)
-        out_activations = ops.cast(out_activations, self.compute_dtype)
         if not return_responsibilities:
             return out_poses, out_activations
         if resp is None:
-            resp = ops.broadcast_to(
-                ops.convert_to_tensor(self._initial),
-                (batch, sites, self.capsule_types, num_inputs),
-            )
-        k = self.kernel_size
+            resp = ops.broadcast_to(initial, shape)
         resp = ops.reshape(resp, (batch, out_h, out_w, self.capsule_types, k, k, types))
-        resp = ops.transpose(resp, (0, 1, 2, 4, 5, 6, 3))
-        return out_poses, out_activations, resp
+        return out_poses, out_activations, ops.transpose(resp, (0, 1, 2, 4, 5, 6, 3))
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True)
@@ -236,17 +207,9 @@ class MatrixCapsule(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
-                "capsule_types": self.capsule_types,
                 "kernel_size": self.kernel_size,
                 "strides": self.strides,
-                "iterations": self.iterations,
-                "inverse_temperature": self.inverse_temperature,
-                "variance_epsilon": self.variance_epsilon,
-                "tempering": self.tempering,
                 "normalization": self.normalization,
-                "inverse_temperature_schedule": self.inverse_temperature_schedule,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
             }
         )
         return config

@@ -24,10 +24,10 @@ transformation of its inputs) and calls one of them:
 
 from keras_capsules.routing._dynamic import dynamic_routing
 from keras_capsules.routing._em import em_routing
-from keras_capsules.routing._em_defaults import INVERSE_TEMPERATURE
-from keras_capsules.routing._em_defaults import TEMPERING
-from keras_capsules.routing._em_defaults import VARIANCE_EPSILON
-from keras_capsules.routing._em_defaults import inverse_temperatures
+from keras_capsules.routing._em_settings import INVERSE_TEMPERATURE
+from keras_capsules.routing._em_settings import TEMPERING
+from keras_capsules.routing._em_settings import VARIANCE_EPSILON
+from keras_capsules.routing._em_settings import inverse_temperatures
 from keras_capsules.routing._inverted_dot_product import inverted_dot_product_routing
 from keras_capsules.routing._self_attention import self_attention_routing
 

@@ -2,17 +2,14 @@
 
 from keras import ops
 
-from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_in_unit_interval
-from keras_capsules._validation import check_positive_int
 from keras_capsules.routing._contract import check_votes
 from keras_capsules.routing._contract import uniform_coupling
-from keras_capsules.routing._em_defaults import INVERSE_TEMPERATURE
-from keras_capsules.routing._em_defaults import SCHEDULES
-from keras_capsules.routing._em_defaults import TEMPERING
-from keras_capsules.routing._em_defaults import VARIANCE_EPSILON
-from keras_capsules.routing._em_defaults import tempering_schedule
 from keras_capsules.routing._em_route import em_route
+from keras_capsules.routing._em_settings import INVERSE_TEMPERATURE
+from keras_capsules.routing._em_settings import TEMPERING
+from keras_capsules.routing._em_settings import VARIANCE_EPSILON
+from keras_capsules.routing._em_settings import EMSettings
 from keras_capsules.routing._positions import normalize_over_outputs
 
 
@@ -102,9 +99,9 @@ def em_routing(
     Reference:
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
     """
-    check_positive_int("iterations", iterations)
-    tempering_schedule(tempering, iterations)
-    check_choice("inverse_temperature_schedule", inverse_temperature_schedule, SCHEDULES)
+    settings = EMSettings(
+        iterations, inverse_temperature, variance_epsilon, tempering, inverse_temperature_schedule
+    )
     check_in_unit_interval("activations", activations)
     votes = check_votes(votes, dim=16)
     activations = ops.convert_to_tensor(activations)
@@ -123,13 +120,9 @@ def em_routing(
         ops.expand_dims(activations, 1),
         beta_v,
         beta_a,
-        iterations,
-        inverse_temperature,
-        variance_epsilon,
+        settings,
         initial_responsibility=1.0 / num_outputs,
         log_normalize=normalize_over_outputs,
-        tempering=tempering,
-        schedule=inverse_temperature_schedule,
     )
     poses, acts = ops.cast(poses[:, 0], dtype), ops.cast(acts[:, 0], dtype)
     if not return_coupling:

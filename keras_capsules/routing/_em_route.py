@@ -9,9 +9,6 @@ from keras_capsules._autodiff import with_gradient
 from keras_capsules._validation import check_gradient_method
 from keras_capsules.routing._contract import contract_inputs
 from keras_capsules.routing._contract import contract_pose
-from keras_capsules.routing._em_defaults import TEMPERING
-from keras_capsules.routing._em_defaults import inverse_temperatures
-from keras_capsules.routing._em_defaults import tempering_schedule
 
 EM_EPSILON = 1e-7
 """Added to the summed responsibilities `sum_i R[i, j] a[i]` before dividing by them."""
@@ -25,14 +22,10 @@ def em_route(
     activations,
     beta_v,
     beta_a,
-    iterations,
-    inverse_temperature,
-    variance_epsilon,
+    settings,
     initial_responsibility,
     log_normalize,
     gradient="auto",
-    tempering=TEMPERING,
-    schedule="rescaled",
 ):
     """The iterations of EM routing, shared by `em_routing` and the matrix capsule layers.
 
@@ -46,9 +39,7 @@ def em_route(
             batched matrix products over contiguous memory.
         activations: `(batch, sites, num_inputs)`.
         beta_v, beta_a: `(num_outputs,)`.
-        iterations, inverse_temperature, variance_epsilon, tempering: as
-            `em_routing`.
-        schedule: `em_routing`'s `inverse_temperature_schedule`.
+        settings: an `EMSettings`, the iterations and their schedules.
         initial_responsibility: `R` of the first M-step, a float or a tensor
             broadcastable to `(batch, sites, num_outputs, num_inputs)`.
         log_normalize: maps the E-step's logits `tau (log a[j] + log p[i, j])`,
@@ -104,10 +95,11 @@ def em_route(
     log_scale = ops.reshape(ops.log(scale), (-1, 1, 1))
     beta_v = beta_v + log_scale  # (batch, 1, outputs)
     # The floor divided by c^2, kept a normal float32 where c is beyond about 2^56.
-    variance_epsilon = ops.maximum(variance_epsilon / ops.square(scale[..., 0]), _TINY)
+    variance_epsilon = ops.maximum(settings.variance_epsilon / ops.square(scale[..., 0]), _TINY)
+    iterations = settings.iterations
     settings = {
-        "schedule": inverse_temperatures(iterations, inverse_temperature, schedule),
-        "tempering": tempering_schedule(tempering, iterations),
+        "schedule": settings.inverse_temperatures(),
+        "tempering": settings.temperings(),
         "dim": votes.shape[-1],
         "variance_epsilon": variance_epsilon,
         "initial_responsibility": initial_responsibility,

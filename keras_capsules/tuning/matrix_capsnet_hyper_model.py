@@ -3,8 +3,8 @@ from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_number
-from keras_capsules.routing import _em_defaults
 from keras_capsules.routing import _positions
+from keras_capsules.routing._em_settings import EMSettings
 from keras_capsules.tuning._base import CapsuleHyperModel
 
 
@@ -99,11 +99,11 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
     ):
         super().__init__(input_shape, num_classes, batch_size, name=name, tunable=tunable)
         check_positive_int("decay_steps", decay_steps)
-        check_positive("variance_epsilon", variance_epsilon)
-        check_choice("normalization", normalization, _positions.NORMALIZATIONS)
-        check_choice(
-            "inverse_temperature_schedule", inverse_temperature_schedule, _em_defaults.SCHEDULES
+        EMSettings(
+            variance_epsilon=variance_epsilon,
+            inverse_temperature_schedule=inverse_temperature_schedule,
         )
+        check_choice("normalization", normalization, _positions.NORMALIZATIONS)
         if rescale is not None:
             check_positive("rescale", rescale)
         if not is_number(weight_decay):

@@ -6,6 +6,7 @@ from keras_capsules import routing
 from keras_capsules.routing import inverse_temperatures
 from keras_capsules.routing._em_route import EM_EPSILON
 from keras_capsules.routing._em_route import em_route
+from keras_capsules.routing._em_settings import EMSettings
 from keras_capsules.routing._positions import convolution_sites
 from keras_capsules.routing._positions import normalize_over_outputs
 from keras_capsules.routing._positions import normalize_over_positions
@@ -356,19 +357,8 @@ def test_structured_gradient_equals_automatic_differentiation(layout, iterations
 
     def loss(method):
         def fn(v, a, bv, ba):
-            poses, acts, resp = em_route(
-                v,
-                a,
-                bv,
-                ba,
-                iterations,
-                0.05,
-                1e-4,
-                initial,
-                normalize,
-                gradient=method,
-                tempering=tempering,
-            )
+            settings = EMSettings(iterations, 0.05, 1e-4, tempering)
+            poses, acts, resp = em_route(v, a, bv, ba, settings, initial, normalize, method)
             total = ops.sum(poses * w_poses) + ops.sum(acts * w_acts)
             return total if resp is None else total + ops.sum(resp * w_resp)
 
@@ -382,8 +372,9 @@ def test_structured_gradient_equals_automatic_differentiation(layout, iterations
         assert np.abs(want).max() > 1e-3, name  # the comparison is not vacuous
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
     # Same values either way.
-    a = em_route(*args, iterations, 0.05, 1e-4, initial, normalize, gradient="autodiff")
-    b = em_route(*args, iterations, 0.05, 1e-4, initial, normalize, gradient="structured")
+    settings = EMSettings(iterations, 0.05, 1e-4)
+    a = em_route(*args, settings, initial, normalize, gradient="autodiff")
+    b = em_route(*args, settings, initial, normalize, gradient="structured")
     for x, y in zip(a[:2], b[:2]):
         np.testing.assert_allclose(ops.convert_to_numpy(x), ops.convert_to_numpy(y), rtol=1e-6)
 
@@ -391,16 +382,14 @@ def test_structured_gradient_equals_automatic_differentiation(layout, iterations
 def test_gradient_method_is_checked():
     args = (np.zeros((1, 1, 2, 3, 16), "float32"), np.ones((1, 1, 3), "float32"))
     with pytest.raises(ValueError, match="gradient"):
-        em_route(*args, np.zeros(2), np.zeros(2), 2, 0.01, 1e-4, 0.5, None, gradient="exact")
+        em_route(*args, np.zeros(2), np.zeros(2), EMSettings(2), 0.5, None, gradient="exact")
     if BACKEND == "torch":
         with pytest.raises(NotImplementedError, match="torch"):
             em_route(
                 *args,
                 np.zeros(2),
                 np.zeros(2),
-                2,
-                0.01,
-                1e-4,
+                EMSettings(2),
                 0.5,
                 normalize_over_outputs,
                 gradient="structured",

@@ -1,6 +1,9 @@
-"""EM routing's defaults and its per-iteration schedules."""
+"""EM routing's settings: their defaults, one validated value, and the per-iteration schedules."""
+
+import dataclasses
 
 from keras_capsules._validation import check_choice
+from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_number
 
@@ -68,3 +71,58 @@ def tempering_schedule(tempering, iterations):
                 f"Received: tempering={tempering!r}"
             )
     return [float(value) for value in values]
+
+
+@dataclasses.dataclass(frozen=True)
+class EMSettings:
+    """EM routing's settings as one value, checked once when it is made.
+
+    The matrix capsule layers, `em_routing` and `applications.MatrixCapsNetNORB`
+    take these five as keyword arguments and hold them as one `EMSettings`;
+    the routing iterations read them from it. A bad value is a `ValueError`
+    naming its argument.
+
+    Attributes:
+        iterations: EM iterations, a positive integer.
+        inverse_temperature: the final inverse temperature `lambda`.
+        variance_epsilon: the floor of every per-dimension variance.
+        tempering: the E-step exponent `tau`, one positive number or one per
+            E-step (`iterations - 1`); stored as a float or a tuple.
+        inverse_temperature_schedule: `"rescaled"` or `"authors"` (see
+            `inverse_temperatures`).
+    """
+
+    iterations: int = 3
+    inverse_temperature: float = INVERSE_TEMPERATURE
+    variance_epsilon: float = VARIANCE_EPSILON
+    tempering: object = TEMPERING
+    inverse_temperature_schedule: str = "rescaled"
+
+    def __post_init__(self):
+        check_positive_int("iterations", self.iterations)
+        check_positive("inverse_temperature", self.inverse_temperature)
+        check_positive("variance_epsilon", self.variance_epsilon)
+        temperings = tempering_schedule(self.tempering, self.iterations)
+        check_choice("inverse_temperature_schedule", self.inverse_temperature_schedule, SCHEDULES)
+        tempering = tuple(temperings) if isinstance(self.tempering, (list, tuple)) else None
+        object.__setattr__(self, "inverse_temperature", float(self.inverse_temperature))
+        object.__setattr__(self, "variance_epsilon", float(self.variance_epsilon))
+        if tempering is not None:
+            object.__setattr__(self, "tempering", tempering)
+
+    def inverse_temperatures(self):
+        """The `lambda` of each iteration."""
+        return inverse_temperatures(
+            self.iterations, self.inverse_temperature, self.inverse_temperature_schedule
+        )
+
+    def temperings(self):
+        """The `tau` of each E-step (`iterations - 1` of them)."""
+        return tempering_schedule(self.tempering, self.iterations)
+
+    def get_config(self):
+        """The five settings as keyword arguments (a sequence of `tau` as a list)."""
+        config = dataclasses.asdict(self)
+        if isinstance(self.tempering, tuple):
+            config["tempering"] = list(self.tempering)
+        return config
