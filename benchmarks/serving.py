@@ -241,9 +241,11 @@ def main(argv=None):
     import keras
 
     import applications
-    from keras_capsules._local_http import free_port
-    from keras_capsules._local_http import wait_for_http
     from keras_capsules.serving import export_saved_model
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests._local_http import free_port  # the checkout's test helpers
+    from tests._local_http import wait_for_http
 
     keras.utils.set_random_seed(0)
     small = dict(conv_filters=32, primary_capsule_types=8) if args.model == "small" else {}

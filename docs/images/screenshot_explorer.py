@@ -19,8 +19,9 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from keras_capsules._local_http import free_port
-from keras_capsules._local_http import wait_for_http
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests._local_http import free_port  # noqa: E402  (the checkout's root, just added)
+from tests._local_http import wait_for_http  # noqa: E402
 
 
 def main(output, model_path=None):

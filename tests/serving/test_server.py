@@ -17,8 +17,8 @@ import pytest
 
 import applications
 from keras_capsules import cli
-from keras_capsules._local_http import free_port
-from keras_capsules._local_http import wait_for_http
+from tests._local_http import free_port
+from tests._local_http import wait_for_http
 from tests.conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from keras_capsules._local_http import free_port
+from tests._local_http import free_port
 from tests.conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(

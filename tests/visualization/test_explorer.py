@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import applications
-from keras_capsules._local_http import free_port
-from keras_capsules._local_http import wait_for_http
 from keras_capsules.visualization import build_explorer
 from keras_capsules.visualization import prepare_drawing
 from keras_capsules.visualization.explorer import _display
 from keras_capsules.visualization.explorer import _Session
+from tests._local_http import free_port
+from tests._local_http import wait_for_http
 from tests.conftest import BACKEND
 from tests.visualization.test_figures import tiny
 
