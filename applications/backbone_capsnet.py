@@ -6,6 +6,7 @@ from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
+from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_ints
 from keras_capsules._validation import is_number
@@ -35,70 +36,39 @@ _SPREAD_MARGIN = 0.2
 class BackboneCapsNet(CapsuleClassifier):
     """Capsules on any feature extractor: a backbone, primary capsules and a routing layer.
 
-    `backbone` is any Keras model or layer that maps images
-    `(batch, height, width, channels)` to a feature map
-    `(batch, height', width', channels')`: your own `Sequential` of
-    convolutions, a `keras.applications` model built with
-    `include_top=False` (and `pooling=None`), or a keras-hub backbone that
-    returns a feature map. The model runs the (rescaled) images through it,
-    normalises the feature map's channels at every position (a
-    `LayerNormalization`, so that the head sees features of one scale from
-    any backbone; `normalize_features=False` leaves them as they are), reads
-    it into primary capsules and routes them to `num_classes` class capsules:
+    `backbone` is any Keras model or layer that maps images to a feature map:
+    your own `Sequential` of convolutions, a `keras.applications` model built
+    with `include_top=False`, or a keras-hub backbone that returns a feature
+    map. The model runs the rescaled images through it, normalises the
+    feature map's channels at every position (`normalize_features`), reads it
+    into primary capsules and routes them to `num_classes` class capsules:
 
-    - `"dynamic"`: `PrimaryCapsule` (a `primary_kernel_size` convolution
-      with "same" padding) -> `CapsuleLayer`, dynamic routing;
-    - `"self_attention"`: a `primary_kernel_size` convolution to
-      `primary_capsule_types * primary_capsule_dim` channels ->
-      `DepthwisePrimaryCapsule` over the whole map -> `SelfAttentionCapsule`,
-      as Efficient-CapsNet;
-    - `"inverted_dot_product"`: `PrimaryCapsule`, as for `"dynamic"` ->
-      `InvertedDotProductCapsule`;
-    - `"em"`: `PrimaryMatrixCapsule` ("same" padding) ->
-      `ClassMatrixCapsule`, EM routing with coordinate addition.
-
-    The class scores are the model's `"probabilities"` output, in [0, 1]:
-
-    - dynamic and self-attention routing squash their capsules, so the
-      scores are the capsule lengths, as in `CapsNetMNIST` and
-      `EfficientCapsNet`, trained on the margin loss;
-    - inverted dot-product routing layer-normalises its capsules, which gives
-      them all the length `sqrt(capsule_dim)` until the norm's scale and
-      offset are learned: as in the official code of Tsai et al., one
-      linear unit shared by the classes reads each class capsule, here
-      through a sigmoid trained on the margin loss (the paper trains its
-      logits with cross-entropy);
-    - EM routing gives each class a 4x4 pose matrix (the `"poses"`, 16
-      entries) and an activation in (0, 1), which is the score. It trains on
-      the paper's spread loss at the fixed margin `spread_margin` (logged
-      as `spread_loss`): on the margin loss, whose targets are absolute
-      (0.9 and 0.1), the activations, all near 1 at first, fell together and
-      the head learned Fashion-MNIST far more slowly (in one run, one pass
-      over 3,000 images: 10% test accuracy, against 60% with the spread
-      loss). The head has no
-      convolutional capsule layers (`MatrixCapsule`): the backbone does what
-      they did. `MatrixCapsNetNORB` is the paper's whole network, with the
-      margin's rise.
+    - `"dynamic"`: `PrimaryCapsule` -> `CapsuleLayer`; the scores are the
+      capsules' lengths, trained on the margin loss.
+    - `"self_attention"`: a convolution -> `DepthwisePrimaryCapsule` ->
+      `SelfAttentionCapsule`, as Efficient-CapsNet; lengths, margin loss.
+    - `"inverted_dot_product"`: `PrimaryCapsule` ->
+      `InvertedDotProductCapsule`. Its capsules are layer-normalised, so one
+      linear unit shared by the classes reads each (as Tsai et al.'s code),
+      through a sigmoid trained on the margin loss.
+    - `"em"`: `PrimaryMatrixCapsule` -> `ClassMatrixCapsule` with coordinate
+      addition; the scores are the activations, trained on the spread loss
+      at the fixed `spread_margin`. The backbone stands in for the paper's
+      convolutional capsule layers (`MatrixCapsNetNORB` is the whole network).
 
     With `decoder_units`, a `ReconstructionDecoder` fed the true class's
-    capsule reconstructs the rescaled input image, as in `CapsNetMNIST`. It
-    has one output per pixel, so it is off by default: for 224x224 RGB images
-    a hidden layer of 1024 units would alone hold 154M weights.
-
-    Inputs, outputs and the rest behave as in `CapsNetMNIST`: `fit(x, y)`
-    with integer or one-hot labels and no `loss` argument, `predict` for the
-    scores `(n, num_classes)`, `predict_poses` for the class capsules,
-    `reconstruct` and `decode` with a decoder, and `.keras` files that hold
-    the backbone too (`keras.saving.load_model` rebuilds it; a custom layer
-    of your backbone must be registered with Keras, as for any model).
+    capsule reconstructs the rescaled image, as in `CapsNetMNIST`; it is off
+    by default because it has one output per pixel. Otherwise the model
+    behaves as `CapsNetMNIST`: `fit(x, y)` with no `loss`, `predict` for the
+    scores, `predict_poses` for the class capsules, and `.keras` files that
+    hold the backbone too (a custom layer of the backbone must be registered
+    with Keras, as for any model).
 
     Args:
-        backbone: a `keras.Model` or `keras.layers.Layer` from images to a 4D
-            feature map of known size. Its own preprocessing (e.g. the
-            `Rescaling` of `keras.applications` models built with
-            `include_preprocessing=True`) runs after `rescale`. To train the
-            head alone, set `backbone.trainable = False` before building the
-            model, which compiles itself (or `compile` it again after).
+        backbone: a `keras.Model` or layer from images to a 4D feature map of
+            known size; its own preprocessing runs after `rescale`. To train
+            the head alone, set `backbone.trainable = False` before building
+            the model.
         num_classes: number of class capsules.
         routing: `"dynamic"` (default), `"em"`, `"self_attention"` or
             `"inverted_dot_product"`.
@@ -130,13 +100,10 @@ class BackboneCapsNet(CapsuleClassifier):
         decay_steps: the learning rate is multiplied by `decay_rate` every
             `decay_steps` steps (2000).
         decay_rate: see `decay_steps` (0.96).
-        rescale: the factor the model multiplies its inputs by before the
-            backbone, `1 / 255` for pixel values in [0, 255]. `None` hands the
-            inputs to the backbone as they are: for a `keras.applications`
-            backbone that preprocesses raw pixels itself. The decoder
-            reconstructs the rescaled inputs, which should then lie in
-            [0, 1]. A first NumPy batch outside [0, 1 / rescale] warns; with
-            `None` the backbone decides and nothing is checked.
+        rescale: the factor the inputs are multiplied by before the backbone
+            (`1 / 255` for pixels in [0, 255]; a first batch beyond warns).
+            `None` hands them over as they are, for a `keras.applications`
+            backbone that preprocesses raw pixels itself.
         compile: compile with the defaults above and an accuracy metric.
         dtype: dtype policy of the head's layers, e.g. `"mixed_bfloat16"`; by
             default the global policy (the backbone keeps its own). Routing,
@@ -208,11 +175,7 @@ class BackboneCapsNet(CapsuleClassifier):
                 "`backbone` must be a Keras model or layer that maps images to feature "
                 f"maps. Received: backbone={backbone!r}"
             )
-        if routing not in ROUTINGS:
-            raise ValueError(
-                f"`routing` must be one of {', '.join(repr(r) for r in ROUTINGS)}. "
-                f"Received: routing={routing!r}"
-            )
+        check_choice("routing", routing, ROUTINGS)
         input_shape = _input_shape(backbone, input_shape)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)

@@ -132,30 +132,11 @@ class EfficientCapsNet(CapsuleClassifier):
                 f"Received: conv_filters={conv_filters}"
             )
         check_reconstruction_weight(reconstruction_weight)
-        height, width = input_shape[:2]
-        for kernel, stride in zip(conv_kernel_sizes, conv_strides):
-            height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-        if height < 1 or width < 1:
-            raise ValueError(
-                f"`input_shape` {input_shape} is too small for the convolutions "
-                f"(kernel sizes {conv_kernel_sizes}, strides {conv_strides})."
-            )
+        _check_convolutions_fit(input_shape, conv_kernel_sizes, conv_strides)
 
         images = keras.Input(shape=input_shape, name="images")
         x = rescaled(images, rescale, policy)
-        for index, (filters, kernel, stride) in enumerate(
-            zip(conv_filters, conv_kernel_sizes, conv_strides), start=1
-        ):
-            x = keras.layers.Conv2D(
-                filters,
-                kernel,
-                strides=stride,
-                activation="relu",
-                kernel_initializer="he_normal",
-                name=f"conv{index}",
-                dtype=policy,
-            )(x)
-            x = keras.layers.BatchNormalization(name=f"batch_norm{index}", dtype=policy)(x)
+        x = _convolutions(x, conv_filters, conv_kernel_sizes, conv_strides, policy)
         primary = DepthwisePrimaryCapsule(
             primary_capsule_types, primary_capsule_dim, name="primary_caps", dtype=policy
         )(x)
@@ -187,3 +168,31 @@ class EfficientCapsNet(CapsuleClassifier):
             name=name,
             **kwargs,
         )
+
+
+def _check_convolutions_fit(input_shape, kernel_sizes, strides):
+    """A `ValueError` unless the valid convolutions leave at least one pixel."""
+    height, width = input_shape[:2]
+    for kernel, stride in zip(kernel_sizes, strides):
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    if height < 1 or width < 1:
+        raise ValueError(
+            f"`input_shape` {input_shape} is too small for the convolutions "
+            f"(kernel sizes {kernel_sizes}, strides {strides})."
+        )
+
+
+def _convolutions(x, filters, kernel_sizes, strides, policy):
+    """The paper's stack: each a valid ReLU convolution followed by batch normalization."""
+    for index, (count, kernel, stride) in enumerate(zip(filters, kernel_sizes, strides), start=1):
+        x = keras.layers.Conv2D(
+            count,
+            kernel,
+            strides=stride,
+            activation="relu",
+            kernel_initializer="he_normal",
+            name=f"conv{index}",
+            dtype=policy,
+        )(x)
+        x = keras.layers.BatchNormalization(name=f"batch_norm{index}", dtype=policy)(x)
+    return x

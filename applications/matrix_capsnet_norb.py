@@ -180,63 +180,18 @@ class MatrixCapsNetNORB(
             inverse_temperature_schedule=inverse_temperature_schedule,
         ).get_config()
 
-        inputs = keras.Input(shape=input_shape, name="images")
-        x = inputs
-        x = rescaled(x, rescale, policy)
-        x = keras.layers.Conv2D(
-            A,
-            5,
-            strides=2,
-            activation="relu",
-            kernel_initializer="he_normal",
-            kernel_regularizer=regularizer,
-            name="conv1",
-            dtype=policy,
-        )(x)
-        capsules = PrimaryMatrixCapsule(
-            B,
-            kernel_initializer="he_normal",
-            kernel_regularizer=regularizer,
-            name="primary_caps",
-            dtype=policy,
-        )(x)
-        capsules = MatrixCapsule(
-            C,
-            3,
-            strides=2,
-            kernel_regularizer=regularizer,
-            normalization=normalization,
-            name="conv_caps1",
-            dtype=policy,
-            **routed,
-        )(capsules)
-        capsules = MatrixCapsule(
-            D,
-            3,
-            strides=1,
-            kernel_regularizer=regularizer,
-            normalization=normalization,
-            name="conv_caps2",
-            dtype=policy,
-            **routed,
-        )(capsules)
-        poses, activations = ClassMatrixCapsule(
+        inputs, outputs = _network(
+            input_shape,
+            (A, B, C, D),
             num_classes,
+            routed,
+            normalization=normalization,
             coordinate_addition=coordinate_addition,
-            kernel_regularizer=regularizer,
-            name="class_caps",
-            dtype=policy,
-            **routed,
-        )(capsules)
-        activations = keras.layers.Activation("linear", dtype="float32", name="activations")(
-            activations
+            regularizer=regularizer,
+            rescale=rescale,
+            policy=policy,
         )
-        super().__init__(
-            inputs=inputs,
-            outputs={"activations": activations, "poses": poses},
-            name=name,
-            **kwargs,
-        )
+        super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
         # The model's own policy decides loss scaling in compile (mixed_float16).
         self.dtype_policy = policy
         self._config = {
@@ -343,6 +298,73 @@ class MatrixCapsNetNORB(
         if isinstance(config.get("spread_margin"), dict):
             config["spread_margin"] = keras.saving.deserialize_keras_object(config["spread_margin"])
         return cls(**config)
+
+
+def _network(
+    input_shape,
+    sizes,
+    num_classes,
+    routed,
+    normalization,
+    coordinate_addition,
+    regularizer,
+    rescale,
+    policy,
+):
+    """The layers, Conv1 to the class capsules: `(inputs, {"activations", "poses"})`."""
+    A, B, C, D = sizes
+    inputs = keras.Input(shape=input_shape, name="images")
+    x = inputs
+    x = rescaled(x, rescale, policy)
+    x = keras.layers.Conv2D(
+        A,
+        5,
+        strides=2,
+        activation="relu",
+        kernel_initializer="he_normal",
+        kernel_regularizer=regularizer,
+        name="conv1",
+        dtype=policy,
+    )(x)
+    capsules = PrimaryMatrixCapsule(
+        B,
+        kernel_initializer="he_normal",
+        kernel_regularizer=regularizer,
+        name="primary_caps",
+        dtype=policy,
+    )(x)
+    capsules = MatrixCapsule(
+        C,
+        3,
+        strides=2,
+        kernel_regularizer=regularizer,
+        normalization=normalization,
+        name="conv_caps1",
+        dtype=policy,
+        **routed,
+    )(capsules)
+    capsules = MatrixCapsule(
+        D,
+        3,
+        strides=1,
+        kernel_regularizer=regularizer,
+        normalization=normalization,
+        name="conv_caps2",
+        dtype=policy,
+        **routed,
+    )(capsules)
+    poses, activations = ClassMatrixCapsule(
+        num_classes,
+        coordinate_addition=coordinate_addition,
+        kernel_regularizer=regularizer,
+        name="class_caps",
+        dtype=policy,
+        **routed,
+    )(capsules)
+    activations = keras.layers.Activation("linear", dtype="float32", name="activations")(
+        activations
+    )
+    return inputs, {"activations": activations, "poses": poses}
 
 
 def _size(letter, letter_value, name, value):

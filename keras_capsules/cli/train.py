@@ -87,117 +87,129 @@ def add_parser(commands):
         "pixels as capsnet-mnist; it ignores --iterations, --conv-filters, "
         "--primary-capsule-types and the EM options",
     )
-    train.add_argument("--epochs", type=positive_int, default=1)
-    train.add_argument(
+    _add_run_options(train.add_argument_group("training run"))
+    _add_model_options(train.add_argument_group("model sizes"))
+    _add_em_options(train.add_argument_group("EM models (matrix-capsnet-*)"))
+    return train
+
+
+def _add_run_options(group):
+    group.add_argument("--epochs", type=positive_int, default=1)
+    group.add_argument(
         "--batch-size",
         type=positive_int,
         default=None,
         help="100 for capsnet-mnist, 32 for the EM models, 16 for efficient-capsnet-mnist",
     )
-    train.add_argument("--output", default="runs/mnist", help="folder for checkpoints and metrics")
-    train.add_argument(
-        "--data-dir",
-        type=data_dir,
-        default=None,
-        help="folder of the MNIST IDX or smallNORB .mat files",
-    )
-    train.add_argument(
-        "--max-shift", type=int, default=2, help="MNIST models: augmentation shift in pixels (2)"
-    )
-    train.add_argument(
-        "--train-size", type=positive_int, default=None, help="use the first N images"
-    )
-    train.add_argument(
-        "--test-size", type=positive_int, default=None, help="evaluate on the first N"
-    )
-    train.add_argument(
-        "--iterations",
-        type=positive_int,
-        default=3,
-        help="routing iterations (capsnet-mnist, EM models)",
-    )
-    train.add_argument("--conv-filters", type=int, default=256, help="capsnet-mnist: Conv1")
-    train.add_argument(
-        "--primary-capsule-types",
-        type=int,
-        default=32,
-        help="capsnet-mnist",
-    )
-    for letter, default in zip("ABCD", (32, 32, 32, 32)):
-        train.add_argument(
-            f"-{letter}",
-            type=positive_int,
-            default=default,
-            help=f"EM models: {letter} of the paper",
-        )
-    train.add_argument(
-        "--inverse-temperature",
-        type=positive_float,
-        default=None,
-        help="EM models: final lambda (0.01)",
-    )
-    train.add_argument(
-        "--variance-epsilon",
-        type=positive_float,
-        default=None,
-        help="EM models: variance floor (1e-4)",
-    )
-    train.add_argument(
-        "--tempering",
-        type=tempering,
-        default=None,
-        help="EM models: E-step exponent tau, R ~ (a p)^tau, one number or one per E-step "
-        "separated by commas (0.1; 1 is the paper's E-step)",
-    )
-    train.add_argument(
-        "--normalization",
-        choices=("types_and_positions", "positions"),
-        default="types_and_positions",
-        help="EM models: how a convolutional capsule layer shares a child's R: over types and "
-        "positions (the paper's text) or per type over positions (the authors' code)",
-    )
-    train.add_argument(
-        "--inverse-temperature-schedule",
-        choices=("rescaled", "authors"),
-        default="rescaled",
-        help="EM models: lambda rescaled to end at --inverse-temperature, or the authors' "
-        "0.01 (1 - 0.95^(t+1))",
-    )
-    train.add_argument(
+    group.add_argument(
         "--learning-rate",
         type=positive_float,
         default=None,
         help="1e-3 (capsnet-mnist), 3e-3 (EM), 5e-4 (efficient-capsnet-mnist, decayed by 0.97 "
         "per epoch)",
     )
-    train.add_argument("--seed", type=int, default=None)
-    train.add_argument(
+    group.add_argument("--output", default="runs/mnist", help="folder for checkpoints and metrics")
+    group.add_argument(
+        "--data-dir",
+        type=data_dir,
+        default=None,
+        help="folder of the MNIST IDX or smallNORB .mat files",
+    )
+    group.add_argument(
+        "--max-shift", type=int, default=2, help="MNIST models: augmentation shift in pixels (2)"
+    )
+    group.add_argument(
+        "--train-size", type=positive_int, default=None, help="use the first N images"
+    )
+    group.add_argument(
+        "--test-size", type=positive_int, default=None, help="evaluate on the first N"
+    )
+    group.add_argument("--seed", type=int, default=None)
+    group.add_argument(
         "--precision",
         choices=("float32", "mixed_float16", "mixed_bfloat16"),
         default="float32",
         help="Keras dtype policy; routing runs in float32 inside (float32)",
     )
-    train.add_argument(
+    group.add_argument(
         "--distribute",
         action="store_true",
         help="data-parallel over every device: tf.distribute (TensorFlow), "
         "keras.distribution.DataParallel (JAX; across processes when "
         "KERAS_DISTRIBUTION_JOB_ADDRESSES is set)",
     )
-    train.add_argument(
+    group.add_argument(
         "--steps-per-execution",
         type=positive_int,
         default=None,
         help="training steps per call of the compiled step: each computes the same, the "
         "callbacks and the progress bar see every N-th (the model's default: 32, 1 on PyTorch)",
     )
-    train.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
-    train.add_argument(
+    group.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+    group.add_argument(
         "--fresh",
         action="store_true",
         help="start a new run in --output, deleting the run there (model, backup, history)",
     )
-    return train
+
+
+def _add_model_options(group):
+    group.add_argument(
+        "--iterations",
+        type=positive_int,
+        default=3,
+        help="routing iterations (capsnet-mnist, EM models)",
+    )
+    group.add_argument("--conv-filters", type=int, default=256, help="capsnet-mnist: Conv1")
+    group.add_argument(
+        "--primary-capsule-types",
+        type=int,
+        default=32,
+        help="capsnet-mnist",
+    )
+
+
+def _add_em_options(group):
+    for letter, default in zip("ABCD", (32, 32, 32, 32)):
+        group.add_argument(
+            f"-{letter}",
+            type=positive_int,
+            default=default,
+            help=f"EM models: {letter} of the paper",
+        )
+    group.add_argument(
+        "--inverse-temperature",
+        type=positive_float,
+        default=None,
+        help="EM models: final lambda (0.01)",
+    )
+    group.add_argument(
+        "--variance-epsilon",
+        type=positive_float,
+        default=None,
+        help="EM models: variance floor (1e-4)",
+    )
+    group.add_argument(
+        "--tempering",
+        type=tempering,
+        default=None,
+        help="EM models: E-step exponent tau, R ~ (a p)^tau, one number or one per E-step "
+        "separated by commas (0.1; 1 is the paper's E-step)",
+    )
+    group.add_argument(
+        "--normalization",
+        choices=("types_and_positions", "positions"),
+        default="types_and_positions",
+        help="EM models: how a convolutional capsule layer shares a child's R: over types and "
+        "positions (the paper's text) or per type over positions (the authors' code)",
+    )
+    group.add_argument(
+        "--inverse-temperature-schedule",
+        choices=("rescaled", "authors"),
+        default="rescaled",
+        help="EM models: lambda rescaled to end at --inverse-temperature, or the authors' "
+        "0.01 (1 - 0.95^(t+1))",
+    )
 
 
 def _build_model(args, steps_per_epoch):
@@ -393,18 +405,7 @@ def _run(args):
 
     from applications._defaults import compile_again
 
-    if (args.steps_per_execution or 1) > 1 and keras.backend.backend() == "torch":
-        raise SystemExit(
-            "keras-capsules train: --steps-per-execution must be 1 on the PyTorch backend, "
-            f"whose Keras trainer runs one step per call (got {args.steps_per_execution})"
-        )
-    if (args.steps_per_execution or 1) > 1 and _multi_process(args):
-        raise SystemExit(
-            "keras-capsules train: --steps-per-execution must be 1 across processes: each "
-            "process runs one step per call there, and Keras would run whole calls past the "
-            f"end of an epoch (got {args.steps_per_execution})"
-        )
-
+    _check_steps_per_execution(args)
     batch_size = args.batch_size
     finished = _training.previous_run(args)
     if finished and args.epochs <= finished:
@@ -413,20 +414,7 @@ def _run(args):
             f"Pass --epochs above {finished} to continue it, or --fresh to start over."
         )
         return 0
-    scope = contextlib.nullcontext()
-    if args.distribute:
-        from keras_capsules.distribute import data_parallel
-
-        # First: TensorFlow configures a multi-worker strategy's collectives only
-        # before anything else has started its runtime (the seed, the data sets).
-        scope = data_parallel()
-        if _multi_process(args):
-            print(
-                f"Process {os.environ.get('KERAS_DISTRIBUTION_PROCESS_ID', '0')} of "
-                f"{os.environ.get('KERAS_DISTRIBUTION_NUM_PROCESSES', '?')}: waiting for the "
-                f"others at {os.environ['KERAS_DISTRIBUTION_JOB_ADDRESSES']}",
-                flush=True,
-            )
+    scope = _distribution_scope(args)
     previous_policy = keras.mixed_precision.dtype_policy()
     try:
         with scope as engine:
@@ -451,11 +439,56 @@ def _run(args):
             steps_per_execution = 1 if _multi_process(args) else args.steps_per_execution
             if steps_per_execution not in (None, model.steps_per_execution):
                 compile_again(model, steps_per_execution=steps_per_execution)
-            results, train_seconds, test_seconds, counter = _fit_and_evaluate(
+            results, *seconds, counter = _fit_and_evaluate(
                 args, model, dataset, test, train_count, batch_size, initial_epoch=finished
             )
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)
+    _report(args, results, train_count, test_count, batch_size, replicas, counter, seconds)
+    return 0
+
+
+def _check_steps_per_execution(args):
+    """Refuse more than one step per call where Keras runs one (PyTorch, several processes)."""
+    import keras
+
+    if (args.steps_per_execution or 1) > 1 and keras.backend.backend() == "torch":
+        raise SystemExit(
+            "keras-capsules train: --steps-per-execution must be 1 on the PyTorch backend, "
+            f"whose Keras trainer runs one step per call (got {args.steps_per_execution})"
+        )
+    if (args.steps_per_execution or 1) > 1 and _multi_process(args):
+        raise SystemExit(
+            "keras-capsules train: --steps-per-execution must be 1 across processes: each "
+            "process runs one step per call there, and Keras would run whole calls past the "
+            f"end of an epoch (got {args.steps_per_execution})"
+        )
+
+
+def _distribution_scope(args):
+    """`data_parallel()` with `--distribute`, else a scope that does nothing."""
+    if not args.distribute:
+        return contextlib.nullcontext()
+    from keras_capsules.distribute import data_parallel
+
+    # First: TensorFlow configures a multi-worker strategy's collectives only
+    # before anything else has started its runtime (the seed, the data sets).
+    scope = data_parallel()
+    if _multi_process(args):
+        print(
+            f"Process {os.environ.get('KERAS_DISTRIBUTION_PROCESS_ID', '0')} of "
+            f"{os.environ.get('KERAS_DISTRIBUTION_NUM_PROCESSES', '?')}: waiting for the "
+            f"others at {os.environ['KERAS_DISTRIBUTION_JOB_ADDRESSES']}",
+            flush=True,
+        )
+    return scope
+
+
+def _report(args, results, train_count, test_count, batch_size, replicas, counter, seconds):
+    """Write `metrics.json`, drop the backup it makes redundant, and say where things are."""
+    import keras
+
+    train_seconds, test_seconds = seconds
     metrics = {
         "model": args.model,
         "epochs": args.epochs,
@@ -486,4 +519,3 @@ def _run(args):
         f"Model: {os.path.join(args.output, 'model.keras')}; metrics: "
         f"{os.path.join(args.output, 'metrics.json')}"
     )
-    return 0
