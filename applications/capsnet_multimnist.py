@@ -136,8 +136,9 @@ class CapsNetMultiMNIST(CapsNetMNIST):
     >>> model.fit(train, epochs=1)  # doctest: +SKIP
     >>> test = multimnist.test_set(x_test, y_test)  # doctest: +SKIP
     >>> model.evaluate(test, return_dict=True)["multimnist_accuracy"]  # doctest: +SKIP
-    >>> digits = model.predict_digits(test["images"][:8])  # doctest: +SKIP
-    >>> pairs = model.reconstruct_pair(test["images"][:8])  # doctest: +SKIP
+    >>> images = test["images"]  # doctest: +SKIP
+    >>> digits = model.predict_digits(images[:8])  # doctest: +SKIP
+    >>> pairs = model.reconstruct_pair(images[:8])  # doctest: +SKIP
 
     Reference:
         Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017,

@@ -94,7 +94,9 @@ class MatrixCapsNetNORB(
             over `steps` steps, `PolynomialDecay(0.2, steps, end_learning_rate=0.9)`.
             The attribute of the same name may be set before `fit`.
         learning_rate: initial Adam learning rate of the default compile (3e-3).
-        decay_steps, decay_rate: exponential decay of the learning rate.
+        decay_steps: the learning rate is multiplied by `decay_rate` every
+            `decay_steps` steps (2000).
+        decay_rate: see `decay_steps` (0.96).
         compile: compile with the defaults above and an accuracy metric.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. EM routing and the loss run in float32.

@@ -37,8 +37,8 @@ def inverse_temperatures(iterations, final=INVERSE_TEMPERATURE, schedule="rescal
 
     Example:
 
-    >>> [round(x, 5) for x in inverse_temperatures(3, 0.01, schedule="authors")]
-    [0.0005, 0.00098, 0.00143]
+    >>> tuple(round(x, 5) for x in inverse_temperatures(3, 0.01, schedule="authors"))
+    (0.0005, 0.00098, 0.00143)
     """
     check_positive_int("iterations", iterations)
     check_choice("schedule", schedule, SCHEDULES)

@@ -226,14 +226,36 @@ def export_saved_model(
     >>> export_saved_model(model, "models/capsnet")  # doctest: +SKIP
     'models/capsnet/1'
     """
+    tf = _tensorflow()
+    version, path = _version_path(output_dir, version, output_kind)
+    image_shape = _image_shape(model, input_shape)
+    if output_kind == "probabilities":
+        _check_probabilities(tf, model, image_shape)
+    predict = _predict_function(tf, model, image_shape, output_kind)
+    archive = _serving_archive(tf, model, image_shape, predict)
+    os.makedirs(output_dir, exist_ok=True)
+    # Written beside and renamed into place: TF Serving never sees half a version.
+    with replacing(path) as temporary:
+        archive.write_out(temporary, verbose=False)
+        _verify_saved_model(tf, model, temporary, predict, image_shape)
+    if verbose:
+        print(f"SavedModel version {version} written to {path} (loaded and checked)")
+    return path
+
+
+def _tensorflow():
+    """The `tensorflow` module, refusing any other Keras backend."""
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(
             "SavedModel export needs the TensorFlow backend (current backend: "
             f"{keras.backend.backend()!r}). A .keras file saved on any backend loads there: "
             "run `KERAS_BACKEND=tensorflow keras-capsules export MODEL.keras OUTPUT_DIR`."
         )
-    tf = require("tensorflow", "serving.export.export_saved_model")
+    return require("tensorflow", "serving.export.export_saved_model")
 
+
+def _version_path(output_dir, version, output_kind):
+    """`(version, path)` of the new version directory, after checking the arguments."""
     if version is None:
         version = next_version(output_dir)
     if output_kind not in OUTPUT_KINDS:
@@ -248,11 +270,12 @@ def export_saved_model(
             f"Version {version} already exists at {path}; choose another `version` "
             "(TF Serving serves the highest) or remove it."
         )
-    image_shape = _image_shape(model, input_shape)
-    if output_kind == "probabilities":
-        _check_probabilities(tf, model, image_shape)
+    return version, path
+
+
+def _image_check(tf, image_shape):
+    """A graph function passing `images` on, failing on a wrong shape or non-finite pixels."""
     expected = "(batch, " + ", ".join(str(d) for d in image_shape) + ")"
-    image_spec = tf.TensorSpec(shape=None, dtype=tf.float32, name="images")
 
     def checked(images):
         shape = tf.shape(images)
@@ -271,19 +294,34 @@ def export_saved_model(
             images = tf.ensure_shape(tf.identity(images), (None,) + image_shape)
         return tf.debugging.assert_all_finite(images, "`images` contains NaN or infinite pixels")
 
-    def finite(tensor):
-        return tf.debugging.assert_all_finite(tf.cast(tensor, tf.float32), OUT_OF_RANGE)
+    return checked
+
+
+def _finite(tf, tensor):
+    """`tensor` as float32, failing in the graph when it is NaN or infinite."""
+    return tf.debugging.assert_all_finite(tf.cast(tensor, tf.float32), OUT_OF_RANGE)
+
+
+def _predict_function(tf, model, image_shape, output_kind):
+    """The `serving_default` function: `probabilities`, `classes` and `poses` of `images`."""
+    checked = _image_check(tf, image_shape)
 
     def predict(images):
         probabilities, poses = _heads(tf, model(checked(images), training=False))
         if output_kind == "logits":
             probabilities = tf.nn.softmax(tf.cast(probabilities, tf.float32), axis=-1)
-        probabilities = finite(probabilities)
+        probabilities = _finite(tf, probabilities)
         result = {"probabilities": probabilities, "classes": tf.argmax(probabilities, axis=-1)}
         if poses is not None:
-            result["poses"] = finite(poses)
+            result["poses"] = _finite(tf, poses)
         return result
 
+    return predict
+
+
+def _serving_archive(tf, model, image_shape, predict):
+    """The `ExportArchive` of `model` with its serving signatures and shape records."""
+    image_spec = tf.TensorSpec(shape=None, dtype=tf.float32, name="images")
     archive = keras.export.ExportArchive()
     archive.track(model)
     # Recorded for servers: the signatures accept any rank so that they can
@@ -299,52 +337,47 @@ def export_saved_model(
     archive.add_endpoint(
         SERVING_SIGNATURE, tf.function(predict, input_signature=[image_spec], autograph=False)
     )
-
     decoder = getattr(model, "decoder", None)
     mask = getattr(model, "mask", None)
     if decoder is not None and mask is not None:
-        num_classes = model.num_classes
+        _add_reconstruction_endpoints(tf, archive, model, decoder, mask, predict, image_spec)
+    return archive
 
-        def reconstruct(images):
-            outputs = predict(images)
-            return {
-                "reconstructions": finite(decoder(mask(outputs["poses"]))),
-                "classes": outputs["classes"],
-            }
 
-        def reconstruct_capsule(images, capsules):
-            in_range = tf.reduce_all((capsules >= 0) & (capsules < num_classes))
-            tf.debugging.Assert(
-                in_range, [f"`capsules` must be class indices in [0, {num_classes})"]
-            )
-            tf.debugging.assert_equal(
-                tf.shape(capsules)[0],
-                tf.shape(images)[0],
-                message="`capsules` needs one class index per image",
-            )
-            poses = predict(images)["poses"]
-            return {"reconstructions": finite(decoder(mask(poses, labels=capsules)))}
+def _add_reconstruction_endpoints(tf, archive, model, decoder, mask, predict, image_spec):
+    """Add `reconstruct` and `reconstruct_capsule` to `archive`, for models with a decoder."""
+    num_classes = model.num_classes
 
-        archive.add_endpoint(
-            RECONSTRUCT_SIGNATURE,
-            tf.function(reconstruct, input_signature=[image_spec], autograph=False),
+    def reconstruct(images):
+        outputs = predict(images)
+        return {
+            "reconstructions": _finite(tf, decoder(mask(outputs["poses"]))),
+            "classes": outputs["classes"],
+        }
+
+    def reconstruct_capsule(images, capsules):
+        in_range = tf.reduce_all((capsules >= 0) & (capsules < num_classes))
+        tf.debugging.Assert(in_range, [f"`capsules` must be class indices in [0, {num_classes})"])
+        tf.debugging.assert_equal(
+            tf.shape(capsules)[0],
+            tf.shape(images)[0],
+            message="`capsules` needs one class index per image",
         )
-        archive.add_endpoint(
-            RECONSTRUCT_CAPSULE_SIGNATURE,
-            tf.function(
-                reconstruct_capsule,
-                input_signature=[
-                    image_spec,
-                    tf.TensorSpec(shape=[None], dtype=tf.int64, name="capsules"),
-                ],
-                autograph=False,
-            ),
-        )
-    os.makedirs(output_dir, exist_ok=True)
-    # Written beside and renamed into place: TF Serving never sees half a version.
-    with replacing(path) as temporary:
-        archive.write_out(temporary, verbose=False)
-        _verify_saved_model(tf, model, temporary, predict, image_shape)
-    if verbose:
-        print(f"SavedModel version {version} written to {path} (loaded and checked)")
-    return path
+        poses = predict(images)["poses"]
+        return {"reconstructions": _finite(tf, decoder(mask(poses, labels=capsules)))}
+
+    archive.add_endpoint(
+        RECONSTRUCT_SIGNATURE,
+        tf.function(reconstruct, input_signature=[image_spec], autograph=False),
+    )
+    archive.add_endpoint(
+        RECONSTRUCT_CAPSULE_SIGNATURE,
+        tf.function(
+            reconstruct_capsule,
+            input_signature=[
+                image_spec,
+                tf.TensorSpec(shape=[None], dtype=tf.int64, name="capsules"),
+            ],
+            autograph=False,
+        ),
+    )

@@ -165,70 +165,83 @@ def _timed_protocol(request_timeout):
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    arriving = (h11.IDLE, h11.SEND_BODY)  # the client's states while its request comes in
-
-    class TimedH11Protocol(H11Protocol):
-        _request_timer = None
-
-        def connection_made(self, transport):
-            super().connection_made(transport)
-            self._arm()
-
-        def data_received(self, data):
-            if self._request_timer is None:
-                self._arm()
-            super().data_received(data)
-            if self.conn.their_state not in arriving:
-                self._disarm()  # the request is in (or the connection is over)
-
-        _send_timer = None
-
-        def connection_lost(self, exc):
-            self._disarm()
-            self._stop_send_timer()
-            super().connection_lost(exc)
-
-        def pause_writing(self):  # the send buffer is full: the client must read
-            super().pause_writing()
-            if self._send_timer is None:
-                self._send_timer = self.loop.call_later(request_timeout, self._not_reading)
-
-        def resume_writing(self):
-            self._stop_send_timer()
-            super().resume_writing()
-
-        def _stop_send_timer(self):
-            if self._send_timer is not None:
-                self._send_timer.cancel()
-                self._send_timer = None
-
-        def _not_reading(self):
-            self._send_timer = None
-            if not self.transport.is_closing():
-                self.logger.warning(
-                    "Aborted a connection whose client read none of its answer for %s s",
-                    request_timeout,
-                )
-                self.transport.abort()  # drops the buffered answer at once
-
-        def _arm(self):
-            self._disarm()
-            self._request_timer = self.loop.call_later(request_timeout, self._too_slow)
-
-        def _disarm(self):
-            if self._request_timer is not None:
-                self._request_timer.cancel()
-                self._request_timer = None
-
-        def _too_slow(self):
-            self._request_timer = None
-            if self.conn.their_state in arriving and not self.transport.is_closing():
-                self.logger.warning(
-                    "Closed a connection whose request took over %s s to arrive", request_timeout
-                )
-                self.transport.close()
+    class TimedH11Protocol(_RequestDeadline, _ReadDeadline, H11Protocol):
+        _request_timeout = request_timeout
+        _arriving = (h11.IDLE, h11.SEND_BODY)  # the client's states while its request comes in
 
     return TimedH11Protocol
+
+
+class _RequestDeadline:
+    """Protocol mixin closing a connection whose request is not in `_request_timeout` s."""
+
+    _request_timer = None
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data):
+        if self._request_timer is None:
+            self._arm()
+        super().data_received(data)
+        if self.conn.their_state not in self._arriving:
+            self._disarm()  # the request is in (or the connection is over)
+
+    def connection_lost(self, exc):
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self):
+        self._disarm()
+        self._request_timer = self.loop.call_later(self._request_timeout, self._too_slow)
+
+    def _disarm(self):
+        if self._request_timer is not None:
+            self._request_timer.cancel()
+            self._request_timer = None
+
+    def _too_slow(self):
+        self._request_timer = None
+        if self.conn.their_state in self._arriving and not self.transport.is_closing():
+            self.logger.warning(
+                "Closed a connection whose request took over %s s to arrive",
+                self._request_timeout,
+            )
+            self.transport.close()
+
+
+class _ReadDeadline:
+    """Protocol mixin aborting a connection whose client reads none of a full send buffer."""
+
+    _send_timer = None
+
+    def connection_lost(self, exc):
+        self._stop_send_timer()
+        super().connection_lost(exc)
+
+    def pause_writing(self):  # the send buffer is full: the client must read
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self._request_timeout, self._not_reading)
+
+    def resume_writing(self):
+        self._stop_send_timer()
+        super().resume_writing()
+
+    def _stop_send_timer(self):
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _not_reading(self):
+        self._send_timer = None
+        if not self.transport.is_closing():
+            self.logger.warning(
+                "Aborted a connection whose client read none of its answer for %s s",
+                self._request_timeout,
+            )
+            self.transport.abort()  # drops the buffered answer at once
 
 
 def _import_kserve():
@@ -267,18 +280,10 @@ def build_server(
     from fastapi.responses import ORJSONResponse
 
     kserve, model_server, RESTServer = _import_kserve()
-    from kserve.errors import InvalidInput
-    from kserve.errors import ModelNotFound
 
-    from keras_capsules._validation import check_positive
-    from keras_capsules._validation import check_positive_int
     from keras_capsules.serving.saved_model_predictor import SavedModelPredictor
 
-    if not isinstance(port, int) or not 0 <= port < 65536:
-        raise ValueError(f"`port` must be an integer in [0, 65535]. Received: port={port!r}")
-    check_positive_int("max_request_bytes", max_request_bytes)
-    check_positive("request_timeout", request_timeout)
-    check_positive_int("max_connections", max_connections)
+    _check_server_arguments(port, max_request_bytes, request_timeout, max_connections)
     name = model_name or os.path.basename(os.path.normpath(model_dir))
     predictor = SavedModelPredictor(
         name, model_dir, max_batch_size=max_batch_size, check_range=check_range
@@ -303,7 +308,29 @@ def build_server(
     app.add_middleware(ReadOnlyEndpoints, predict_path=f"/v1/models/{name}:predict")
     app.add_middleware(_CleanServerErrors)  # added last: outermost of ours
 
-    rest = RESTServer(
+    rest = _rest_server(RESTServer, server, port, host, request_timeout, max_connections)
+    rest.predictor = predictor
+    return rest
+
+
+def _check_server_arguments(port, max_request_bytes, request_timeout, max_connections):
+    """Refuse a bad port or a non-positive limit."""
+    from keras_capsules._validation import check_positive
+    from keras_capsules._validation import check_positive_int
+
+    if not isinstance(port, int) or not 0 <= port < 65536:
+        raise ValueError(f"`port` must be an integer in [0, 65535]. Received: port={port!r}")
+    check_positive_int("max_request_bytes", max_request_bytes)
+    check_positive("request_timeout", request_timeout)
+    check_positive_int("max_connections", max_connections)
+
+
+def _rest_server(rest_server_class, server, port, host, request_timeout, max_connections):
+    """KServe's REST server for `server`, with our host, limits and one-line error logs."""
+    from kserve.errors import InvalidInput
+    from kserve.errors import ModelNotFound
+
+    rest = rest_server_class(
         "kserve.model_server:app",
         server.dataplane,
         server.model_repository_extension,
@@ -321,7 +348,6 @@ def build_server(
         application.add_exception_handler(ModelNotFound, _one_line(404))
 
     rest._add_exception_handlers = add_handlers
-    rest.predictor = predictor
     return rest
 
 

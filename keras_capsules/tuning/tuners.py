@@ -197,6 +197,40 @@ def create_tuner(
         Li, Jamieson, DeSalvo, Rostamizadeh, Talwalkar. Hyperband: A Novel
         Bandit-Based Approach to Hyperparameter Optimization. JMLR 2018.
     """
+    _check_tuner_arguments(
+        tuner,
+        max_trials,
+        max_epochs,
+        factor,
+        max_retries_per_trial,
+        heartbeat_seconds,
+        lease_seconds,
+    )
+    common = {
+        "objective": _objective(objective, hypermodel),
+        "seed": seed,
+        "hyperparameters": hyperparameters,
+        "max_retries_per_trial": max_retries_per_trial,
+        "max_consecutive_failed_trials": max_consecutive_failed_trials,
+        "lease_seconds": lease_seconds,
+    }
+    oracle, tuner_class, epochs = _oracle(tuner, max_trials, max_epochs, factor, common)
+    return tuner_class(
+        oracle,
+        hypermodel,
+        epochs=epochs,
+        heartbeat_seconds=heartbeat_seconds,
+        directory=directory,
+        project_name=project_name,
+        overwrite=overwrite,
+        **kwargs,
+    )
+
+
+def _check_tuner_arguments(
+    tuner, max_trials, max_epochs, factor, max_retries_per_trial, heartbeat_seconds, lease_seconds
+):
+    """Refuse an unknown tuner, bad counts and a lease not longer than the heartbeat."""
     if tuner not in TUNERS:
         raise ValueError(f"`tuner` must be one of {TUNERS}. Received: tuner={tuner!r}")
     for name, value, optional in (
@@ -219,6 +253,10 @@ def create_tuner(
             "`heartbeat_seconds` must be positive and `lease_seconds` larger. Received: "
             f"heartbeat_seconds={heartbeat_seconds!r}, lease_seconds={lease_seconds!r}"
         )
+
+
+def _objective(objective, hypermodel):
+    """`objective` as a `kt.Objective`: a metric name is checked and given its direction."""
     if isinstance(objective, str):
         known = getattr(hypermodel, "objectives", None)
         if known is not None and objective not in known():
@@ -228,40 +266,24 @@ def create_tuner(
             )
         direction = "max" if objective.endswith("accuracy") else "min"
         objective = kt.Objective(objective, direction=direction)
-    common = {
-        "objective": objective,
-        "seed": seed,
-        "hyperparameters": hyperparameters,
-        "max_retries_per_trial": max_retries_per_trial,
-        "max_consecutive_failed_trials": max_consecutive_failed_trials,
-        "lease_seconds": lease_seconds,
-    }
+    return objective
+
+
+def _oracle(tuner, max_trials, max_epochs, factor, common):
+    """`(oracle, tuner class, epochs per trial)` for the `tuner` name."""
     if tuner == "hyperband":
         oracle = _HyperbandOracle(max_epochs=max_epochs, factor=factor, **common)
         oracle.max_trials = max_trials
-        tuner_class, epochs = _HyperbandTuner, None
-    elif tuner == "random":
-        oracle = _RandomSearchOracle(max_trials=max_trials, **common)
-        tuner_class, epochs = _Tuner, max_epochs
-    else:
-        try:
-            import sklearn  # noqa: F401  (keras-tuner's Gaussian process)
-        except ImportError:
-            raise ImportError(
-                "tuner='bayesian' needs scikit-learn: pip install \"keras-tuner[bayesian]\""
-            ) from None
-        oracle = _BayesianOptimizationOracle(max_trials=max_trials, **common)
-        tuner_class, epochs = _Tuner, max_epochs
-    return tuner_class(
-        oracle,
-        hypermodel,
-        epochs=epochs,
-        heartbeat_seconds=heartbeat_seconds,
-        directory=directory,
-        project_name=project_name,
-        overwrite=overwrite,
-        **kwargs,
-    )
+        return oracle, _HyperbandTuner, None
+    if tuner == "random":
+        return _RandomSearchOracle(max_trials=max_trials, **common), _Tuner, max_epochs
+    try:
+        import sklearn  # noqa: F401  (keras-tuner's Gaussian process)
+    except ImportError:
+        raise ImportError(
+            "tuner='bayesian' needs scikit-learn: pip install \"keras-tuner[bayesian]\""
+        ) from None
+    return _BayesianOptimizationOracle(max_trials=max_trials, **common), _Tuner, max_epochs
 
 
 def best_trials_table(tuner, num_trials=5):

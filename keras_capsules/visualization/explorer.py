@@ -199,6 +199,45 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
         labels = _common.check_labels(model, labels, len(images))
     _, blank_poses, _ = session.encode(np.zeros(model.image_shape, "float32"))
     capsule_dim = blank_poses.shape[-1]
+    pick, draw, perturb = _callbacks(gr, session, model, images, capsule_dim)
+
+    # Uploads older than 10 minutes are deleted every 10 minutes, and all of them
+    # when the server stops.
+    with gr.Blocks(title=title, analytics_enabled=False, delete_cache=(600, 600)) as app:
+        gr.Markdown(
+            f"# {title}\n"
+            "Pick a test digit or draw one. The bars are the class capsules' lengths; "
+            "the sliders add to one dimension each of the chosen capsule (the longest "
+            "by default), and the reconstruction is decoded from that capsule alone."
+        )
+        poses_state = gr.State(None)
+        with gr.Row():
+            index, label_box, sketch, use_drawing, input_view = _input_column(
+                gr, images, labels, height, width
+            )
+            lengths, capsule, reconstruction = _capsule_column(gr, session, model.num_classes)
+            sliders, reset = _slider_column(gr, capsule_dim)
+
+        shown = [input_view, lengths, poses_state, capsule, *sliders, reconstruction]
+        if images is not None:
+            index.change(pick, index, shown, show_progress="hidden", trigger_mode="always_last")
+            app.load(pick, index, shown, show_progress="hidden")
+            if labels is not None:
+                describe = lambda i: f"label: **{int(labels[int(i)])}**"  # noqa: E731
+                index.change(describe, index, label_box, show_progress="hidden")
+                app.load(describe, index, label_box, show_progress="hidden")
+        use_drawing.click(draw, sketch, shown, show_progress="hidden")
+        inputs = [poses_state, capsule, *sliders]
+        for control in (capsule, *sliders):
+            control.change(
+                perturb, inputs, reconstruction, show_progress="hidden", trigger_mode="always_last"
+            )
+        reset.click(lambda: [0.0] * capsule_dim, None, sliders, show_progress="hidden")
+    return app
+
+
+def _callbacks(gr, session, model, images, capsule_dim):
+    """The page's functions `(pick, draw, perturb)`: a test image, a drawing, the sliders."""
 
     def show_image(image):
         """Encode `image`: input view, lengths, capsule choice, sliders at 0, reconstruction."""
@@ -227,83 +266,73 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
             return None
         return _display(session.decode(np.asarray(poses), int(capsule), deltas))
 
-    # Uploads older than 10 minutes are deleted every 10 minutes, and all of them
-    # when the server stops.
-    with gr.Blocks(title=title, analytics_enabled=False, delete_cache=(600, 600)) as app:
-        gr.Markdown(
-            f"# {title}\n"
-            "Pick a test digit or draw one. The bars are the class capsules' lengths; "
-            "the sliders add to one dimension each of the chosen capsule (the longest "
-            "by default), and the reconstruction is decoded from that capsule alone."
-        )
-        poses_state = gr.State(None)
-        with gr.Row():
-            with gr.Column(scale=1):
-                if images is not None:
-                    caption = "Test image" if labels is None else "Test image (label below)"
-                    index = gr.Slider(
-                        0, len(images) - 1, value=0, step=1, label=caption, elem_id="index"
-                    )
-                    label_box = gr.Markdown(elem_id="label")
-                sketch = gr.Sketchpad(
-                    label="…or draw a digit",
-                    canvas_size=(CANVAS_SIZE, CANVAS_SIZE),
-                    elem_id="sketch",
-                    type="numpy",
-                )
-                _bound_sketchpad(gr, sketch)
-                use_drawing = gr.Button("Use the drawing", elem_id="use-drawing")
-                input_view = gr.Image(
-                    label=f"Input ({height}x{width})",
-                    elem_id="input",
-                    interactive=False,
-                    format="png",
-                )
-            with gr.Column(scale=1):
-                lengths = gr.Label(
-                    label="Class capsule lengths (the probability that each digit is present)",
-                    num_top_classes=model.num_classes,
-                    elem_id="lengths",
-                )
-                capsule = gr.Dropdown(
-                    session.class_names, value="0", label="Capsule to perturb", elem_id="capsule"
-                )
-                reconstruction = gr.Image(
-                    label="Reconstruction",
-                    elem_id="reconstruction",
-                    interactive=False,
-                    format="png",
-                )
-            with gr.Column(scale=1):
-                sliders = [
-                    gr.Slider(
-                        -SLIDER_RANGE,
-                        SLIDER_RANGE,
-                        value=0.0,
-                        step=SLIDER_STEP,
-                        label=f"dimension {d}",
-                        elem_id=f"dim-{d}",
-                    )
-                    for d in range(capsule_dim)
-                ]
-                reset = gr.Button("Reset the sliders", elem_id="reset")
+    return pick, draw, perturb
 
-        shown = [input_view, lengths, poses_state, capsule, *sliders, reconstruction]
+
+def _input_column(gr, images, labels, height, width):
+    """The first column: `(index, label_box, sketch, use_drawing, input_view)`.
+
+    `index` (the test image slider) and `label_box` are `None` without `images`.
+    """
+    index = label_box = None
+    with gr.Column(scale=1):
         if images is not None:
-            index.change(pick, index, shown, show_progress="hidden", trigger_mode="always_last")
-            app.load(pick, index, shown, show_progress="hidden")
-            if labels is not None:
-                describe = lambda i: f"label: **{int(labels[int(i)])}**"  # noqa: E731
-                index.change(describe, index, label_box, show_progress="hidden")
-                app.load(describe, index, label_box, show_progress="hidden")
-        use_drawing.click(draw, sketch, shown, show_progress="hidden")
-        inputs = [poses_state, capsule, *sliders]
-        for control in (capsule, *sliders):
-            control.change(
-                perturb, inputs, reconstruction, show_progress="hidden", trigger_mode="always_last"
+            caption = "Test image" if labels is None else "Test image (label below)"
+            index = gr.Slider(0, len(images) - 1, value=0, step=1, label=caption, elem_id="index")
+            label_box = gr.Markdown(elem_id="label")
+        sketch = gr.Sketchpad(
+            label="…or draw a digit",
+            canvas_size=(CANVAS_SIZE, CANVAS_SIZE),
+            elem_id="sketch",
+            type="numpy",
+        )
+        _bound_sketchpad(gr, sketch)
+        use_drawing = gr.Button("Use the drawing", elem_id="use-drawing")
+        input_view = gr.Image(
+            label=f"Input ({height}x{width})",
+            elem_id="input",
+            interactive=False,
+            format="png",
+        )
+    return index, label_box, sketch, use_drawing, input_view
+
+
+def _capsule_column(gr, session, num_classes):
+    """The second column: `(lengths, capsule, reconstruction)`."""
+    with gr.Column(scale=1):
+        lengths = gr.Label(
+            label="Class capsule lengths (the probability that each digit is present)",
+            num_top_classes=num_classes,
+            elem_id="lengths",
+        )
+        capsule = gr.Dropdown(
+            session.class_names, value="0", label="Capsule to perturb", elem_id="capsule"
+        )
+        reconstruction = gr.Image(
+            label="Reconstruction",
+            elem_id="reconstruction",
+            interactive=False,
+            format="png",
+        )
+    return lengths, capsule, reconstruction
+
+
+def _slider_column(gr, capsule_dim):
+    """The third column: `(sliders, reset)`, one slider per capsule dimension."""
+    with gr.Column(scale=1):
+        sliders = [
+            gr.Slider(
+                -SLIDER_RANGE,
+                SLIDER_RANGE,
+                value=0.0,
+                step=SLIDER_STEP,
+                label=f"dimension {d}",
+                elem_id=f"dim-{d}",
             )
-        reset.click(lambda: [0.0] * capsule_dim, None, sliders, show_progress="hidden")
-    return app
+            for d in range(capsule_dim)
+        ]
+        reset = gr.Button("Reset the sliders", elem_id="reset")
+    return sliders, reset
 
 
 def launch_explorer(
@@ -316,7 +345,8 @@ def launch_explorer(
 
     Args:
         model: a capsule network with a decoder.
-        images, labels: test images to pick from and their classes.
+        images: test images to pick from.
+        labels: their classes.
         host: interface to bind; `"127.0.0.1"` keeps the page on this machine.
         port: TCP port (7860, Gradio's).
         open_browser: open the page in the default browser.

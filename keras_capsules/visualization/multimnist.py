@@ -54,8 +54,9 @@ def multimnist_reconstructions(model, x, labels=None, path=None, cell_inches=1.0
     >>> from keras_capsules.visualization import multimnist_reconstructions
     >>> model = applications.CapsNetMNIST(input_shape=(36, 36, 1))  # trained on MultiMNIST
     >>> test = multimnist.test_set(x_test, y_test)  # doctest: +SKIP
+    >>> images, labels = test["images"], test["labels"]  # doctest: +SKIP
     >>> figure = multimnist_reconstructions(
-    ...     model, test["images"][:8], test["labels"][:8], path="multimnist.png"
+    ...     model, images[:8], labels[:8], path="multimnist.png"
     ... )  # doctest: +SKIP
     """
     _common.check_model(model)
