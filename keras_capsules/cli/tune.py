@@ -33,74 +33,86 @@ def add_parser(commands):
         "tune", help="search hyperparameters with keras-tuner, on one machine or chief + workers"
     )
     tune.add_argument("model", choices=MODELS)
-    tune.add_argument("--tuner", choices=("hyperband", "random", "bayesian"), default="hyperband")
-    tune.add_argument("--max-trials", type=positive_int, default=10, help="most trials to run")
-    tune.add_argument(
+    _add_search_options(tune.add_argument_group("search"))
+    _add_data_options(tune.add_argument_group("data"))
+    _add_distributed_options(tune.add_argument_group("distributed search (chief and workers)"))
+    tune.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+    return tune
+
+
+def _add_search_options(group):
+    group.add_argument("--tuner", choices=("hyperband", "random", "bayesian"), default="hyperband")
+    group.add_argument("--max-trials", type=positive_int, default=10, help="most trials to run")
+    group.add_argument(
         "--max-epochs",
         type=positive_int,
         default=3,
         help="hyperband: most epochs of a trial, else all",
     )
-    tune.add_argument("--output", default="runs/tune", help="folder of the search and its results")
-    tune.add_argument("--objective", default="val_accuracy", help="metric to optimise")
-    tune.add_argument(
-        "--data-dir", type=data_dir, default=None, help="folder of the MNIST IDX files"
-    )
-    tune.add_argument(
-        "--train-size", type=positive_int, default=None, help="use the first N images"
-    )
-    tune.add_argument(
-        "--test-size", type=positive_int, default=None, help="evaluate on the first N"
-    )
-    tune.add_argument(
-        "--validation-split", type=held_out_fraction, default=0.1, help="held out of training"
-    )
-    tune.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=None,
-        help="100 for capsnet-mnist, 32 for the EM model",
-    )
-    tune.add_argument(
+    group.add_argument("--output", default="runs/tune", help="folder of the search and its results")
+    group.add_argument("--objective", default="val_accuracy", help="metric to optimise")
+    group.add_argument(
         "--fixed",
         action="append",
         default=[],
         metavar="NAME=VALUE",
         help="fix a hyperparameter instead of searching it (repeatable)",
     )
-    tune.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming")
-    tune.add_argument("--seed", type=int, default=None)
-    tune.add_argument("--top", type=positive_int, default=5, help="trials in the final table")
-    tune.add_argument(
+    group.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming")
+    group.add_argument("--seed", type=int, default=None)
+    group.add_argument("--top", type=positive_int, default=5, help="trials in the final table")
+    group.add_argument(
         "--retrain-epochs",
         type=non_negative_int,
         default=0,
         help="retrain the best configuration for N epochs",
     )
-    tune.add_argument("--export", metavar="DIR", default=None, help="export the best model here")
-    role = tune.add_mutually_exclusive_group()
+    group.add_argument("--export", metavar="DIR", default=None, help="export the best model here")
+
+
+def _add_data_options(group):
+    group.add_argument(
+        "--data-dir", type=data_dir, default=None, help="folder of the MNIST IDX files"
+    )
+    group.add_argument(
+        "--train-size", type=positive_int, default=None, help="use the first N images"
+    )
+    group.add_argument(
+        "--test-size", type=positive_int, default=None, help="evaluate on the first N"
+    )
+    group.add_argument(
+        "--validation-split", type=held_out_fraction, default=0.1, help="held out of training"
+    )
+    group.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        help="100 for capsnet-mnist, 32 for the EM model",
+    )
+
+
+def _add_distributed_options(group):
+    role = group.add_mutually_exclusive_group()
     role.add_argument("--chief", action="store_true", help="run the oracle for remote workers")
     role.add_argument("--worker", metavar="ID", default=None, help="run trials for the chief")
-    tune.add_argument(
+    group.add_argument(
         "--oracle", metavar="HOST:PORT", default=None, help="the chief's address (127.0.0.1:8000)"
     )
-    tune.add_argument(
+    group.add_argument(
         "--max-retries", type=non_negative_int, default=1, help="reruns of a crashed trial"
     )
-    tune.add_argument(
+    group.add_argument(
         "--lease-seconds",
         type=positive_float,
         default=120.0,
         help="chief: give up a silent worker's trial",
     )
-    tune.add_argument(
+    group.add_argument(
         "--heartbeat-seconds",
         type=positive_float,
         default=10.0,
         help="worker: seconds between heartbeats",
     )
-    tune.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
-    return tune
 
 
 SEARCH_FILE = "search.json"
