@@ -16,13 +16,15 @@ from keras_capsules.layers import DepthwisePrimaryCapsule
 from keras_capsules.layers import InvertedDotProductCapsule
 from keras_capsules.layers import PrimaryCapsule
 from keras_capsules.layers import PrimaryMatrixCapsule
+from keras_capsules.layers import RandomCouplingCapsule
 from keras_capsules.layers import SelfAttentionCapsule
 from keras_capsules.losses import SpreadLoss
 
-ROUTINGS = ("dynamic", "em", "self_attention", "inverted_dot_product")
+ROUTINGS = ("dynamic", "em", "self_attention", "inverted_dot_product", "uniform", "random")
 """The values of `BackboneCapsNet`'s `routing`."""
 
 _ITERATIONS = {"dynamic": 3, "em": 3, "inverted_dot_product": 2}
+_ONE_PASS = ("self_attention", "uniform", "random")  # no iterations to set
 """Each routing's default number of iterations (self-attention routes in one pass)."""
 
 _MATRIX_DIM = 16
@@ -55,6 +57,10 @@ class BackboneCapsNet(CapsuleClassifier):
       addition; the scores are the activations, trained on the spread loss
       at the fixed `spread_margin`. The backbone stands in for the paper's
       convolutional capsule layers (`MatrixCapsNetNORB` is the whole network).
+    - `"uniform"`, no routing: `PrimaryCapsule` -> `CapsuleLayer(iterations=1)`,
+      every child split evenly between the classes; lengths, margin loss.
+    - `"random"`, a fixed random coupling (Paik et al. 2019):
+      `PrimaryCapsule` -> `RandomCouplingCapsule`; lengths, margin loss.
 
     With `decoder_units`, a `ReconstructionDecoder` fed the true class's
     capsule reconstructs the rescaled image, as in `CapsNetMNIST`; it is off
@@ -70,8 +76,9 @@ class BackboneCapsNet(CapsuleClassifier):
             the head alone, set `backbone.trainable = False` before building
             the model.
         num_classes: number of class capsules.
-        routing: `"dynamic"` (default), `"em"`, `"self_attention"` or
-            `"inverted_dot_product"`.
+        routing: `"dynamic"` (default), `"em"`, `"self_attention"`,
+            `"inverted_dot_product"`, or the controls without routing,
+            `"uniform"` and `"random"`.
         input_shape: shape of one image, `(height, width, channels)`; by
             default the backbone's input shape, which must then be fully
             known.
@@ -86,7 +93,7 @@ class BackboneCapsNet(CapsuleClassifier):
             4x4 matrix).
         iterations: routing iterations; by default 3 for `"dynamic"` and
             `"em"`, 2 for `"inverted_dot_product"`. Self-attention routing
-            has none: leave it `None`.
+            and the two controls have none: leave it `None`.
         normalize_features: normalise the feature map's channels at every
             position before the primary capsules (`True`).
         spread_margin: the margin of EM routing's spread loss, in (0, 1]
@@ -307,10 +314,10 @@ def _capsule_sizes(routing, primary_capsule_dim, capsule_dim, iterations):
         primary_capsule_dim = capsule_dim = _MATRIX_DIM
     elif primary_capsule_dim is None:
         primary_capsule_dim = 8
-    if routing == "self_attention":
+    if routing in _ONE_PASS:
         if iterations is not None:
             raise ValueError(
-                "Self-attention routing routes in one pass: leave `iterations` None. "
+                f"`routing={routing!r}` routes in one pass: leave `iterations` None. "
                 f"Received: iterations={iterations!r}"
             )
     elif iterations is None:
@@ -400,10 +407,19 @@ def _head(
         name="primary_caps",
         dtype=policy,
     )(features)
-    if routing == "dynamic":
+    if routing in ("dynamic", "uniform"):  # uniform coupling: a single iteration
         poses = CapsuleLayer(
-            num_classes, capsule_dim, iterations=iterations, name="class_caps", dtype=policy
+            num_classes,
+            capsule_dim,
+            iterations=1 if routing == "uniform" else iterations,
+            name="class_caps",
+            dtype=policy,
         )(primary)
+        return poses, None
+    if routing == "random":
+        poses = RandomCouplingCapsule(num_classes, capsule_dim, name="class_caps", dtype=policy)(
+            primary
+        )
         return poses, None
     poses = InvertedDotProductCapsule(
         num_classes, capsule_dim, iterations=iterations, name="class_caps", dtype=policy

@@ -10,6 +10,7 @@ from keras_capsules.layers.mask import Mask
 from keras_capsules.layers.matrix_capsule import MatrixCapsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.layers.primary_matrix_capsule import PrimaryMatrixCapsule
+from keras_capsules.layers.random_coupling_capsule import RandomCouplingCapsule
 from keras_capsules.layers.reconstruction_decoder import ReconstructionDecoder
 from keras_capsules.layers.self_attention_capsule import SelfAttentionCapsule
 
@@ -24,6 +25,7 @@ __all__ = [
     "MatrixCapsule",
     "PrimaryCapsule",
     "PrimaryMatrixCapsule",
+    "RandomCouplingCapsule",
     "ReconstructionDecoder",
     "SelfAttentionCapsule",
 ]

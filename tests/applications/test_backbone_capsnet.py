@@ -42,7 +42,7 @@ def test_each_routing_fits_predicts_and_round_trips(routing, tmp_path):
     scores, poses = outputs["probabilities"], outputs["poses"]
     assert scores.shape == (8, 5) and poses.shape == (8, 5, 16)
     assert np.all(np.isfinite(scores)) and np.all((scores >= 0) & (scores <= 1))
-    if routing in ("dynamic", "self_attention"):  # squashed capsules: the scores are lengths
+    if routing not in ("em", "inverted_dot_product"):  # squashed capsules: scores are lengths
         np.testing.assert_allclose(scores, np.linalg.norm(poses, axis=-1), rtol=1e-4, atol=1e-5)
     assert model.decode(poses).shape == (8, 32, 32, 3)
 
@@ -126,6 +126,8 @@ def _pooled():
         (_backbone, {"input_shape": (64, 64, 3)}, "input_shape"),
         (_backbone, {"input_shape": (32, 32)}, "input_shape"),
         (_backbone, {"routing": "self_attention", "iterations": 3}, "iterations"),
+        (_backbone, {"routing": "uniform", "iterations": 3}, "iterations"),
+        (_backbone, {"routing": "random", "iterations": 1}, "iterations"),
         (_backbone, {"routing": "dynamic", "iterations": 0}, "iterations"),
         (_backbone, {"routing": "em", "capsule_dim": 8}, "capsule_dim"),
         (_backbone, {"routing": "em", "primary_capsule_dim": 8}, "primary_capsule_dim"),
@@ -140,3 +142,17 @@ def _pooled():
 def test_bad_arguments(backbone, kwargs, match):
     with pytest.raises(ValueError, match=match):
         applications.BackboneCapsNet(backbone(), **{"num_classes": 5, **kwargs})
+
+
+def test_the_controls_without_routing():
+    """`"uniform"` is dynamic routing's single iteration; `"random"` a fixed random coupling."""
+    from keras_capsules.layers import CapsuleLayer
+    from keras_capsules.layers import RandomCouplingCapsule
+
+    uniform = applications.BackboneCapsNet(_backbone(), 5, routing="uniform", compile=False)
+    assert isinstance(uniform.get_layer("class_caps"), CapsuleLayer)
+    assert uniform.get_layer("class_caps").iterations == 1
+    random = applications.BackboneCapsNet(_backbone(), 5, routing="random", compile=False)
+    layer = random.get_layer("class_caps")
+    assert isinstance(layer, RandomCouplingCapsule)
+    assert [w.name for w in layer.non_trainable_weights] == ["coupling_logits"]
