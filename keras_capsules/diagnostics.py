@@ -1,0 +1,130 @@
+"""What routing does in a trained model: `routing_statistics`."""
+
+import math
+
+import keras
+import numpy as np
+
+from keras_capsules._validation import check_positive_int
+from keras_capsules.layers import ClassMatrixCapsule
+from keras_capsules.layers import FullyConnectedCapsule
+
+INACTIVE = 0.1
+"""A parent capsule below this length (or activation) on every image is never active."""
+
+
+def routing_statistics(model, images, labels=None, batch_size=100):
+    """How each routing layer of `model` couples its children to its parents, on `images`.
+
+    For every fully connected routing layer (`CapsuleLayer`,
+    `SelfAttentionCapsule`, `InvertedDotProductCapsule`,
+    `RandomCouplingCapsule`, any `FullyConnectedCapsule`, and
+    `ClassMatrixCapsule`), the coupling of its last iteration, each child's
+    distribution over the parents (`R` for EM routing), gives:
+
+    - `"entropy"`: the mean entropy of a child's coupling, in nats, over the
+      images and children; `"max_entropy"` is its largest possible value,
+      `log(num_parents)`, that of uniform coupling.
+    - `"inactive_fraction"`: the fraction of parents whose length (for vector
+      capsules) or activation (for EM routing) stays below 0.1 on every
+      image: parents the sample never uses.
+    - `"same_class_agreement"`: over every pair of images of one class, the
+      fraction of children whose strongest parent is the same in both,
+      averaged over the pairs; `None` when no class has two images.
+
+    Convolutional capsule layers (`MatrixCapsule`) are left out: their
+    children are coupled to parents at several positions.
+
+    Args:
+        model: a functional Keras model, such as the applications.
+        images: inputs of the model, as its `predict` takes them.
+        labels: integer classes of the images; by default the model's
+            predicted classes (the argmax of its class scores).
+        batch_size: images per batch (100).
+
+    Returns:
+        `{layer_name: {"entropy", "max_entropy", "inactive_fraction",
+        "same_class_agreement", "num_parents", "num_children"}}`, floats and
+        integers.
+
+    Example:
+
+    >>> import applications
+    >>> import numpy as np
+    >>> model = applications.CapsNetMNIST(conv_filters=16, primary_capsule_types=4)
+    >>> images = np.random.default_rng(0).integers(0, 256, (6, 28, 28, 1))
+    >>> stats = routing_statistics(model, images, labels=[0, 0, 1, 1, 2, 2])
+    >>> digit_caps = stats["digit_caps"]  # the one routing layer
+    >>> round(digit_caps["max_entropy"], 4), digit_caps["num_children"]
+    (2.3026, 144)
+    """
+    check_positive_int("batch_size", batch_size)
+    images = np.asarray(images)
+    layers = [
+        layer
+        for layer in model.layers
+        if isinstance(layer, (FullyConnectedCapsule, ClassMatrixCapsule))
+    ]
+    if not layers:
+        raise ValueError(
+            "`model` has no fully connected routing layer (CapsuleLayer, SelfAttentionCapsule, "
+            f"InvertedDotProductCapsule, ClassMatrixCapsule, ...). Received: {model.name!r}"
+        )
+    if labels is None:
+        scores = model.predict(images, batch_size=batch_size, verbose=0)
+        labels = np.argmax(scores["probabilities"] if isinstance(scores, dict) else scores, -1)
+    labels = np.asarray(labels)
+    if labels.shape != (len(images),):
+        raise ValueError(
+            f"`labels` must hold one class per image ({len(images)}). "
+            f"Received: labels.shape={labels.shape}"
+        )
+    return {
+        layer.name: _statistics(*_coupling(model, layer, images, batch_size), labels)
+        for layer in layers
+    }
+
+
+def _coupling(model, layer, images, batch_size):
+    """The layer's parents' presence `(n, parents)` and coupling `(n, children, parents)`."""
+    capsules = keras.Model(model.inputs, layer.input).predict(
+        images, batch_size=batch_size, verbose=0
+    )
+    if not isinstance(capsules, (list, tuple)):
+        capsules = [capsules]
+    presence, coupling = [], []
+    for start in range(0, len(images), batch_size):
+        batch = [np.asarray(x[start : start + batch_size]) for x in capsules]
+        if isinstance(layer, ClassMatrixCapsule):
+            _, activations, resp = layer(tuple(batch), return_responsibilities=True)
+            presence.append(keras.ops.convert_to_numpy(activations))
+            resp = keras.ops.convert_to_numpy(resp)
+            coupling.append(resp.reshape(len(resp), -1, resp.shape[-1]))
+        else:
+            outputs, c = layer(batch[0], return_coupling=True)
+            presence.append(np.linalg.norm(keras.ops.convert_to_numpy(outputs), axis=-1))
+            coupling.append(keras.ops.convert_to_numpy(c))
+    return np.concatenate(presence).astype("float64"), np.concatenate(coupling).astype("float64")
+
+
+def _statistics(presence, coupling, labels):
+    n, num_children, num_parents = coupling.shape
+    safe = np.where(coupling > 0, coupling, 1.0)
+    entropy = -np.sum(coupling * np.log(safe), axis=-1)  # (n, children)
+    strongest = np.argmax(coupling, axis=-1)  # (n, children)
+    agreeing = pairs = 0.0
+    for cls in np.unique(labels):
+        members = strongest[labels == cls]  # (m, children)
+        m = len(members)
+        # Per child, the pairs of members that share its strongest parent.
+        counts = np.stack([np.sum(members == j, axis=0) for j in range(num_parents)], -1)
+        agreeing += np.sum(counts * (counts - 1) / 2) / num_children
+        pairs += m * (m - 1) / 2
+    return {
+        "entropy": float(entropy.mean()),
+        "max_entropy": math.log(num_parents),
+        "inactive_fraction": float(np.mean(np.all(presence < INACTIVE, axis=0))),
+        "same_class_agreement": float(agreeing / pairs) if pairs else None,
+        "num_parents": int(num_parents),
+        "num_children": int(num_children),
+    }
