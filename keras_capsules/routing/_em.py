@@ -72,7 +72,8 @@ def em_routing(
             `(batch, num_inputs)`.
         beta_v: per-parent cost offsets, shape `(num_outputs,)`.
         beta_a: per-parent activation offsets, shape `(num_outputs,)`.
-        iterations: EM iterations, a positive integer.
+        iterations: EM iterations, a positive integer; 1 is a single M-step on
+            even assignments, no routing by agreement.
         inverse_temperature: the final `lambda`.
         variance_epsilon: the variance floor.
         tempering: the E-step exponent `tau`, a positive number (0.1), or a

@@ -152,3 +152,14 @@ def test_bad_iterations(iterations):
 def test_bad_votes_shape():
     with pytest.raises(ValueError, match="votes"):
         dynamic_routing(np.zeros((2, 3, 4), "float32"))
+
+
+def test_one_iteration_is_uniform_coupling():
+    """The control without routing: every child split evenly, `v_j = squash(mean_i u_hat)`."""
+    votes = np.random.default_rng(3).normal(size=(2, 4, 9, 6)).astype("float32")
+    outputs, coupling = dynamic_routing(votes, iterations=1, return_coupling=True)
+    s = votes.sum(axis=2) / 4
+    norm = np.linalg.norm(s, axis=-1, keepdims=True)
+    expected = norm**2 / (1 + norm**2) * s / norm
+    np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ops.convert_to_numpy(coupling), 0.25, rtol=1e-6)

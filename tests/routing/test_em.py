@@ -394,3 +394,28 @@ def test_gradient_method_is_checked():
                 normalize_over_outputs,
                 gradient="structured",
             )
+
+
+def test_one_iteration_is_one_m_step_on_even_assignments():
+    """The control without routing: `R = 1 / num_outputs`, one M-step, no E-step."""
+    votes, activations, beta_v, beta_a = _routing_problem(11, 2, 12, 3)
+    poses, acts, coupling = routing.em_routing(
+        np.swapaxes(votes, 1, 2),
+        activations,
+        beta_v,
+        beta_a,
+        iterations=1,
+        inverse_temperature=0.1,
+        variance_epsilon=1e-4,
+        return_coupling=True,
+    )
+    r = activations[:, :, None] / 3  # (batch, inputs, outputs): R times the child's activation
+    total = r.sum(axis=1)[..., None]  # (batch, outputs, 1)
+    mean = np.einsum("bij,bijh->bjh", r, votes) / (total + EM_EPSILON)
+    deviation = (votes - mean[:, None]) ** 2
+    variance = np.maximum(np.einsum("bij,bijh->bjh", r, deviation) / (total + EM_EPSILON), 1e-4)
+    cost = (16 * beta_v + 0.5 * np.log(variance).sum(-1)) * total[..., 0]
+    expected_acts = 1 / (1 + np.exp(-0.1 * (beta_a - cost)))
+    np.testing.assert_allclose(ops.convert_to_numpy(poses), mean, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(acts), expected_acts, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(ops.convert_to_numpy(coupling), 1 / 3, rtol=1e-6)

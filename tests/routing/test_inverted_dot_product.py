@@ -185,3 +185,16 @@ def test_bad_votes_shape():
 def test_symbolic_votes():
     votes = keras.Input((5, 3, 4))
     assert tuple(inverted_dot_product_routing(votes, 2).shape) == (None, 3, 4)
+
+
+def test_one_iteration_is_uniform_coupling():
+    """The control without routing: the layer norm of each parent's evenly weighted votes."""
+    votes = _votes((2, 3, 6, 5), seed=4)
+    poses, coupling = routing.inverted_dot_product_routing(
+        votes, iterations=1, return_coupling=True
+    )
+    s = votes.sum(axis=2) / 3
+    centred = s - s.mean(axis=-1, keepdims=True)
+    expected = centred / np.sqrt((centred**2).mean(axis=-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(_numpy(poses), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_numpy(coupling), 1 / 3, rtol=1e-6)
