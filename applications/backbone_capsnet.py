@@ -1,5 +1,8 @@
 import keras
 
+from applications._backbone import backbone_input_shape
+from applications._backbone import check_backbone
+from applications._backbone import check_features
 from applications._capsule_classifier import CapsuleClassifier
 from applications._capsule_classifier import check_reconstruction_weight
 from applications._defaults import dtype_policy
@@ -7,7 +10,6 @@ from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
 from keras_capsules._validation import check_choice
-from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_ints
 from keras_capsules._validation import is_number
 from keras_capsules.layers import CapsuleLayer
@@ -20,12 +22,22 @@ from keras_capsules.layers import RandomCouplingCapsule
 from keras_capsules.layers import SelfAttentionCapsule
 from keras_capsules.losses import SpreadLoss
 
-ROUTINGS = ("dynamic", "em", "self_attention", "inverted_dot_product", "uniform", "random")
+ROUTINGS = (
+    "dynamic",
+    "em",
+    "self_attention",
+    "inverted_dot_product",
+    "uniform",
+    "self_attention_uniform",
+    "random",
+)
 """The values of `BackboneCapsNet`'s `routing`."""
 
 _ITERATIONS = {"dynamic": 3, "em": 3, "inverted_dot_product": 2}
-_ONE_PASS = ("self_attention", "uniform", "random")  # no iterations to set
-"""Each routing's default number of iterations (self-attention routes in one pass)."""
+"""Each routing's default number of iterations."""
+
+_ONE_PASS = ("self_attention", "uniform", "self_attention_uniform", "random")
+"""The routings that route in one pass: no iterations to set."""
 
 _MATRIX_DIM = 16
 """Entries of a flattened 4x4 pose matrix: EM routing's capsule size."""
@@ -59,8 +71,16 @@ class BackboneCapsNet(CapsuleClassifier):
       convolutional capsule layers (`MatrixCapsNetNORB` is the whole network).
     - `"uniform"`, no routing: `PrimaryCapsule` -> `CapsuleLayer(iterations=1)`,
       every child split evenly between the classes; lengths, margin loss.
+      Inverted dot-product routing with `iterations=1` and EM routing with
+      `iterations=1` (one M-step on even assignments) are the same control
+      in their families.
+    - `"self_attention_uniform"`: `"self_attention"` with the attention left
+      out (`SelfAttentionCapsule(uniform_coupling=True)`).
     - `"random"`, a fixed random coupling (Paik et al. 2019):
       `PrimaryCapsule` -> `RandomCouplingCapsule`; lengths, margin loss.
+
+    The control without capsules is `BackboneCNN`: the same backbone under a
+    pooled fully connected head of as many parameters (`head_parameters()`).
 
     With `decoder_units`, a `ReconstructionDecoder` fed the true class's
     capsule reconstructs the rescaled image, as in `CapsNetMNIST`; it is off
@@ -78,13 +98,13 @@ class BackboneCapsNet(CapsuleClassifier):
         num_classes: number of class capsules.
         routing: `"dynamic"` (default), `"em"`, `"self_attention"`,
             `"inverted_dot_product"`, or the controls without routing,
-            `"uniform"` and `"random"`.
+            `"uniform"`, `"self_attention_uniform"` and `"random"`.
         input_shape: shape of one image, `(height, width, channels)`; by
             default the backbone's input shape, which must then be fully
             known.
         primary_capsule_types: capsule types per position of the primary
-            convolution (32); for `"self_attention"`, the number of primary
-            capsules.
+            convolution (32); for the self-attention routings, the number
+            of primary capsules.
         primary_capsule_dim: dimensions of a primary capsule: 8 by default;
             EM routing's primary capsules are 4x4 matrices (16).
         primary_kernel_size: kernel size of the convolution that reads the
@@ -93,7 +113,7 @@ class BackboneCapsNet(CapsuleClassifier):
             4x4 matrix).
         iterations: routing iterations; by default 3 for `"dynamic"` and
             `"em"`, 2 for `"inverted_dot_product"`. Self-attention routing
-            and the two controls have none: leave it `None`.
+            and the controls have none: leave it `None`.
         normalize_features: normalise the feature map's channels at every
             position before the primary capsules (`True`).
         spread_margin: the margin of EM routing's spread loss, in (0, 1]
@@ -177,13 +197,9 @@ class BackboneCapsNet(CapsuleClassifier):
         name="backbone_capsnet",
         **kwargs,
     ):
-        if not isinstance(backbone, keras.layers.Layer):
-            raise ValueError(
-                "`backbone` must be a Keras model or layer that maps images to feature "
-                f"maps. Received: backbone={backbone!r}"
-            )
+        check_backbone(backbone)
         check_choice("routing", routing, ROUTINGS)
-        input_shape = _input_shape(backbone, input_shape)
+        input_shape = backbone_input_shape(backbone, input_shape)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         primary_capsule_dim, capsule_dim, iterations = _capsule_sizes(
@@ -202,7 +218,7 @@ class BackboneCapsNet(CapsuleClassifier):
 
         images = keras.Input(shape=input_shape, name="images")
         features = backbone(rescaled(images, rescale, policy))
-        _check_features(features, input_shape)
+        check_features(features, input_shape)
         if normalize_features:
             features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(features)
         poses, scores = _head(
@@ -254,6 +270,10 @@ class BackboneCapsNet(CapsuleClassifier):
         if self.rescale is not None:
             super()._check_input_range(x)
 
+    def head_parameters(self):
+        """The number of parameters outside the backbone: the capsule head's size."""
+        return self.count_params() - self.backbone.count_params()
+
     def get_config(self):
         # The backbone as it is now (frozen or not), inside the model's own config.
         return {
@@ -267,36 +287,6 @@ class BackboneCapsNet(CapsuleClassifier):
         if isinstance(config.get("backbone"), dict):
             config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)
-
-
-def _input_shape(backbone, input_shape):
-    """The image shape: `input_shape`, or the backbone's own, which must agree with it."""
-    try:
-        own = backbone.input_shape
-    except (AttributeError, ValueError):
-        own = None
-    if own is not None:
-        if isinstance(own, list) or len(own) != 4:
-            raise ValueError(
-                "`backbone` must take one input of images (batch, height, width, channels). "
-                f"Its input shape is {own}."
-            )
-        own = tuple(own[1:])
-    if input_shape is None:
-        if own is None or None in own:
-            raise ValueError(
-                "`input_shape` is needed: the backbone's input shape is "
-                f"{'unknown' if own is None else (None,) + own}. Pass "
-                "input_shape=(height, width, channels)."
-            )
-        return check_image_shape(own)
-    input_shape = check_image_shape(input_shape)
-    if own is not None and any(o is not None and o != i for o, i in zip(own, input_shape)):
-        raise ValueError(
-            f"`input_shape` {input_shape} does not fit the backbone's input shape "
-            f"{(None,) + own}. Received: input_shape={input_shape}"
-        )
-    return input_shape
 
 
 def _capsule_sizes(routing, primary_capsule_dim, capsule_dim, iterations):
@@ -344,21 +334,6 @@ def _spread_margin(routing, spread_margin):
     return float(spread_margin)
 
 
-def _check_features(features, input_shape):
-    shape = getattr(features, "shape", None)
-    if (
-        not isinstance(features, keras.KerasTensor)
-        or len(shape) != 4
-        or any(d is None for d in shape[1:])
-    ):
-        got = shape if isinstance(features, keras.KerasTensor) else type(features).__name__
-        raise ValueError(
-            "`backbone` must map images to one feature map (batch, height, width, "
-            f"channels) of known size; on images of shape {input_shape} it gives {got}. "
-            "Build a keras.applications model with include_top=False and pooling=None."
-        )
-
-
 def _head(
     features,
     routing,
@@ -384,7 +359,7 @@ def _head(
             num_classes, iterations=iterations, name="class_caps", dtype=policy
         )(capsules)
         return poses, activations
-    if routing == "self_attention":
+    if routing in ("self_attention", "self_attention_uniform"):
         x = keras.layers.Conv2D(
             primary_capsule_types * primary_capsule_dim,
             primary_kernel_size,
@@ -395,9 +370,13 @@ def _head(
         primary = DepthwisePrimaryCapsule(
             primary_capsule_types, primary_capsule_dim, name="primary_caps", dtype=policy
         )(x)
-        poses = SelfAttentionCapsule(num_classes, capsule_dim, name="class_caps", dtype=policy)(
-            primary
-        )
+        poses = SelfAttentionCapsule(
+            num_classes,
+            capsule_dim,
+            uniform_coupling=routing == "self_attention_uniform",
+            name="class_caps",
+            dtype=policy,
+        )(primary)
         return poses, None
     primary = PrimaryCapsule(
         primary_capsule_types,

@@ -1,8 +1,12 @@
 import keras
 from keras import ops
 
+from keras_capsules._precision import to_float32
 from keras_capsules.layers.fully_connected_capsule import FullyConnectedCapsule
+from keras_capsules.ops import exponential_squash
 from keras_capsules.routing import self_attention_routing
+from keras_capsules.routing._contract import contract_inputs
+from keras_capsules.routing._contract import uniform_coupling
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -14,7 +18,9 @@ class SelfAttentionCapsule(FullyConnectedCapsule):
     one pass of `keras_capsules.routing.self_attention_routing`, with a learned
     prior `B[i, j]` (initialised to zero) added to the coupling coefficients.
     The outputs are squashed with `keras_capsules.ops.exponential_squash`.
-    `FullyConnectedCapsule` is the base class.
+    With `uniform_coupling=True` the attention is left out, the control
+    without routing: every child's coupling is `1 / capsule_types` before the
+    prior is added. `FullyConnectedCapsule` is the base class.
 
     Args:
         capsule_types: number of output capsules (10 for MNIST).
@@ -23,6 +29,8 @@ class SelfAttentionCapsule(FullyConnectedCapsule):
             num_inputs, input_dim, capsule_dim)` (`"he_normal"`, as the
             official code).
         kernel_regularizer: optional regularizer of `W`.
+        uniform_coupling: couple every child evenly to the parents instead of
+            by self-attention (`False`).
         **kwargs: base layer arguments such as `name` and `dtype`.
 
     Call arguments:
@@ -51,11 +59,17 @@ class SelfAttentionCapsule(FullyConnectedCapsule):
         capsule_dim=None,
         kernel_initializer="he_normal",
         kernel_regularizer=None,
+        uniform_coupling=False,
         **kwargs,
     ):
         super().__init__(
             capsule_types, capsule_dim, kernel_initializer, kernel_regularizer, **kwargs
         )
+        if not isinstance(uniform_coupling, bool):
+            raise ValueError(
+                f"`uniform_coupling` must be True or False. Received: {uniform_coupling!r}"
+            )
+        self.uniform_coupling = uniform_coupling
 
     def kernel_shape(self, num_inputs, input_dim):
         """One `input_dim x capsule_dim` matrix `W[j, i]` per parent and child."""
@@ -72,4 +86,15 @@ class SelfAttentionCapsule(FullyConnectedCapsule):
         return ops.einsum("bid,jide->bjie", inputs, kernel)
 
     def route(self, votes):
-        return self_attention_routing(votes, ops.transpose(self.bias), return_coupling=True)
+        bias = ops.transpose(self.bias)
+        if not self.uniform_coupling:
+            return self_attention_routing(votes, bias, return_coupling=True)
+        votes, dtype = to_float32(votes)
+        coupling = uniform_coupling(votes) + ops.cast(bias, "float32")
+        outputs = exponential_squash(contract_inputs(coupling, votes))
+        return ops.cast(outputs, dtype), ops.cast(coupling, dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config["uniform_coupling"] = self.uniform_coupling
+        return config

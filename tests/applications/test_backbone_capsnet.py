@@ -127,6 +127,7 @@ def _pooled():
         (_backbone, {"input_shape": (32, 32)}, "input_shape"),
         (_backbone, {"routing": "self_attention", "iterations": 3}, "iterations"),
         (_backbone, {"routing": "uniform", "iterations": 3}, "iterations"),
+        (_backbone, {"routing": "self_attention_uniform", "iterations": 1}, "iterations"),
         (_backbone, {"routing": "random", "iterations": 1}, "iterations"),
         (_backbone, {"routing": "dynamic", "iterations": 0}, "iterations"),
         (_backbone, {"routing": "em", "capsule_dim": 8}, "capsule_dim"),
@@ -145,7 +146,8 @@ def test_bad_arguments(backbone, kwargs, match):
 
 
 def test_the_controls_without_routing():
-    """`"uniform"` is dynamic routing's single iteration; `"random"` a fixed random coupling."""
+    """`"uniform"` is dynamic routing's single iteration; `"random"` a fixed random coupling;
+    `"self_attention_uniform"` self-attention's layer without attention."""
     from keras_capsules.layers import CapsuleLayer
     from keras_capsules.layers import RandomCouplingCapsule
 
@@ -156,3 +158,12 @@ def test_the_controls_without_routing():
     layer = random.get_layer("class_caps")
     assert isinstance(layer, RandomCouplingCapsule)
     assert [w.name for w in layer.non_trainable_weights] == ["coupling_logits"]
+    attention = applications.BackboneCapsNet(
+        _backbone(), 5, routing="self_attention_uniform", compile=False
+    )
+    assert attention.get_layer("class_caps").uniform_coupling
+    assert (
+        not applications.BackboneCapsNet(_backbone(), 5, routing="self_attention", compile=False)
+        .get_layer("class_caps")
+        .uniform_coupling
+    )

@@ -67,3 +67,22 @@ def test_bad_input_shapes():
         SelfAttentionCapsule(10, 16).build((None, 16))
     with pytest.raises(ValueError, match="known num_inputs"):
         SelfAttentionCapsule(10, 16).build((None, None, 8))
+
+
+def test_uniform_coupling_leaves_the_attention_out():
+    """The control without routing: `c = 1 / capsule_types + B` for every child."""
+    layer = SelfAttentionCapsule(4, 6, uniform_coupling=True)
+    rng = np.random.default_rng(1)
+    u = rng.normal(size=(2, 7, 5)).astype("float32")
+    layer.build(u.shape)
+    bias = rng.normal(scale=0.1, size=(7, 4)).astype("float32")
+    layer.bias.assign(bias)
+    votes = ref.swap_parents_and_children(ops.convert_to_numpy(layer.votes(u)))  # (b, i, j, d)
+    coupling = 0.25 + bias  # (inputs, outputs)
+    expected = ref.exponential_squash(np.einsum("ij,bijd->bjd", coupling, votes))
+    outputs, c = layer(u, return_coupling=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(c), np.broadcast_to(coupling, (2, 7, 4)))
+    assert SelfAttentionCapsule.from_config(layer.get_config()).uniform_coupling
+    with pytest.raises(ValueError, match="uniform_coupling"):
+        SelfAttentionCapsule(4, 6, uniform_coupling="yes")
