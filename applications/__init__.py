@@ -2,6 +2,7 @@
 
 from applications._preset import list_presets
 from applications.backbone_capsnet import BackboneCapsNet
+from applications.backbone_cnn import BackboneCNN
 from applications.baseline_cnn import BaselineCNN
 from applications.capsnet_mnist import CapsNetMNIST
 from applications.capsnet_multimnist import CapsNetMultiMNIST
@@ -11,6 +12,7 @@ from applications.matrix_capsnet_norb import MatrixCapsNetNORB
 
 __all__ = [
     "BackboneCapsNet",
+    "BackboneCNN",
     "BaselineCNN",
     "CapsNetMNIST",
     "CapsNetMultiMNIST",

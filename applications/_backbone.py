@@ -1,0 +1,59 @@
+"""What the models on a user's backbone share: checking the backbone and its feature map."""
+
+import keras
+
+from keras_capsules._validation import check_image_shape
+
+
+def check_backbone(backbone):
+    """Raise a `ValueError` unless `backbone` is a Keras layer or model."""
+    if not isinstance(backbone, keras.layers.Layer):
+        raise ValueError(
+            "`backbone` must be a Keras model or layer that maps images to feature "
+            f"maps. Received: backbone={backbone!r}"
+        )
+
+
+def backbone_input_shape(backbone, input_shape):
+    """The image shape: `input_shape`, or the backbone's own, which must agree with it."""
+    try:
+        own = backbone.input_shape
+    except (AttributeError, ValueError):
+        own = None
+    if own is not None:
+        if isinstance(own, list) or len(own) != 4:
+            raise ValueError(
+                "`backbone` must take one input of images (batch, height, width, channels). "
+                f"Its input shape is {own}."
+            )
+        own = tuple(own[1:])
+    if input_shape is None:
+        if own is None or None in own:
+            raise ValueError(
+                "`input_shape` is needed: the backbone's input shape is "
+                f"{'unknown' if own is None else (None,) + own}. Pass "
+                "input_shape=(height, width, channels)."
+            )
+        return check_image_shape(own)
+    input_shape = check_image_shape(input_shape)
+    if own is not None and any(o is not None and o != i for o, i in zip(own, input_shape)):
+        raise ValueError(
+            f"`input_shape` {input_shape} does not fit the backbone's input shape "
+            f"{(None,) + own}. Received: input_shape={input_shape}"
+        )
+    return input_shape
+
+
+def check_features(features, input_shape):
+    shape = getattr(features, "shape", None)
+    if (
+        not isinstance(features, keras.KerasTensor)
+        or len(shape) != 4
+        or any(d is None for d in shape[1:])
+    ):
+        got = shape if isinstance(features, keras.KerasTensor) else type(features).__name__
+        raise ValueError(
+            "`backbone` must map images to one feature map (batch, height, width, "
+            f"channels) of known size; on images of shape {input_shape} it gives {got}. "
+            "Build a keras.applications model with include_top=False and pooling=None."
+        )

@@ -1,0 +1,180 @@
+import keras
+
+from applications._backbone import backbone_input_shape
+from applications._backbone import check_backbone
+from applications._backbone import check_features
+from applications._defaults import PortableCompile
+from applications._defaults import default_optimizer
+from applications._defaults import dtype_policy
+from applications._defaults import steps_per_execution
+from applications._export import PortableExport
+from applications._inputs import PIXELS
+from applications._inputs import InputRangeCheck
+from applications._inputs import check_rescale
+from applications._inputs import rescaled
+from keras_capsules._validation import check_positive_ints
+from keras_capsules._validation import is_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class BackboneCNN(PortableCompile, PortableExport, InputRangeCheck, keras.Model):
+    """A plain CNN head on any backbone: the non-capsule control of `BackboneCapsNet`.
+
+    The same backbone and feature normalisation as `BackboneCapsNet`, then
+    global average pooling, one fully connected ReLU layer and a softmax over
+    the classes, trained with sparse categorical cross-entropy. It answers
+    whether a capsule head beats an ordinary head of the same size: with
+    `head_parameters`, the hidden layer's width is chosen so that the head
+    (everything but the backbone) has as close to that many parameters as it
+    can, e.g. `BackboneCapsNet.head_parameters()` of a capsule head on the
+    same backbone.
+
+    Args:
+        backbone: a `keras.Model` or layer from images to a 4D feature map of
+            known size, as for `BackboneCapsNet`.
+        num_classes: number of classes.
+        hidden_units: width of the hidden layer (128), or `None` with
+            `head_parameters`.
+        head_parameters: the head's parameter budget; the hidden width is then
+            computed from it. Give this or `hidden_units`, not both.
+        input_shape: shape of one image; by default the backbone's.
+        normalize_features: normalise the feature map's channels at every
+            position before pooling (`True`), as `BackboneCapsNet`.
+        learning_rate: initial Adam learning rate of the default compile (1e-3).
+        decay_steps: the learning rate is multiplied by `decay_rate` every
+            `decay_steps` steps (2000).
+        decay_rate: see `decay_steps` (0.96).
+        rescale: the factor the inputs are multiplied by before the backbone
+            (`1 / 255` for pixels in [0, 255]); `None` hands them over as
+            they are.
+        compile: compile with the defaults above and an accuracy metric.
+        dtype: dtype policy of the head's layers; by default the global
+            policy. The softmax runs in float32.
+        **kwargs: `keras.Model` arguments such as `name`.
+
+    Example:
+
+    >>> import applications
+    >>> import keras
+    >>> import numpy as np
+    >>> def backbone():
+    ...     return keras.Sequential(
+    ...         [keras.Input((28, 28, 1)), keras.layers.Conv2D(16, 5, strides=2, activation="relu")]
+    ...     )
+    >>> capsnet = applications.BackboneCapsNet(backbone(), num_classes=10)
+    >>> cnn = applications.BackboneCNN(
+    ...     backbone(), num_classes=10, head_parameters=capsnet.head_parameters()
+    ... )
+    >>> abs(cnn.head_parameters() - capsnet.head_parameters()) < 30
+    True
+    >>> images = np.random.default_rng(0).integers(0, 256, (4, 28, 28, 1))
+    >>> cnn.predict(images, verbose=0).shape
+    (4, 10)
+
+    Reference:
+        Gu, Tresp. Improving the Robustness of Capsule Networks to Image
+        Affine Transformations. CVPR 2020 (a capsule network against CNN
+        heads of its size).
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        hidden_units=None,
+        head_parameters=None,
+        input_shape=None,
+        normalize_features=True,
+        learning_rate=1e-3,
+        decay_steps=2000,
+        decay_rate=0.96,
+        rescale=PIXELS,
+        compile=True,
+        dtype=None,
+        name="backbone_cnn",
+        **kwargs,
+    ):
+        check_backbone(backbone)
+        input_shape = backbone_input_shape(backbone, input_shape)
+        rescale = check_rescale(rescale)
+        policy = dtype_policy(dtype)
+        check_positive_ints(num_classes=num_classes)
+        images = keras.Input(shape=input_shape, name="images")
+        features = backbone(rescaled(images, rescale, policy))
+        check_features(features, input_shape)
+        channels = features.shape[-1]
+        hidden_units = _hidden_units(
+            hidden_units, head_parameters, channels, num_classes, bool(normalize_features)
+        )
+        if normalize_features:
+            features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(features)
+        x = keras.layers.GlobalAveragePooling2D(name="pool", dtype=policy)(features)
+        x = keras.layers.Dense(hidden_units, activation="relu", name="hidden", dtype=policy)(x)
+        probabilities = keras.layers.Dense(
+            num_classes, activation="softmax", name="probabilities", dtype="float32"
+        )(x)
+        super().__init__(inputs=images, outputs=probabilities, name=name, **kwargs)
+        self.dtype_policy = policy
+        self._config = {
+            "num_classes": num_classes,
+            "hidden_units": hidden_units,
+            "input_shape": input_shape,
+            "normalize_features": bool(normalize_features),
+            "learning_rate": learning_rate,
+            "decay_steps": decay_steps,
+            "decay_rate": decay_rate,
+            "rescale": rescale,
+            "dtype": policy.name,
+        }
+        self.backbone = backbone
+        self.image_shape = input_shape
+        self.rescale = rescale
+        self.num_classes = num_classes
+        if compile:
+            self.compile(
+                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
+                steps_per_execution=steps_per_execution(),
+                loss="sparse_categorical_crossentropy",
+                metrics=["accuracy"],
+            )
+
+    def head_parameters(self):
+        """The number of parameters outside the backbone."""
+        return self.count_params() - self.backbone.count_params()
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            **self._config,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("backbone"), dict):
+            config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+
+def _hidden_units(hidden_units, head_parameters, channels, num_classes, normalize):
+    """The hidden width: `hidden_units`, or the one whose head is closest to `head_parameters`."""
+    if hidden_units is not None and head_parameters is not None:
+        raise ValueError(
+            "Give `hidden_units` or `head_parameters`, not both. Received: "
+            f"hidden_units={hidden_units!r}, head_parameters={head_parameters!r}"
+        )
+    if head_parameters is None:
+        hidden_units = 128 if hidden_units is None else hidden_units
+        check_positive_ints(hidden_units=hidden_units)
+        return hidden_units
+    fixed = num_classes + (2 * channels if normalize else 0)  # output biases, norm
+    per_unit = channels + 1 + num_classes  # weights in, bias, weights out
+    if not is_int(head_parameters) or head_parameters < fixed + per_unit:
+        raise ValueError(
+            f"`head_parameters` must be an integer of at least {fixed + per_unit}, the head "
+            f"with one hidden unit on {channels} channels and {num_classes} classes. "
+            f"Received: head_parameters={head_parameters!r}"
+        )
+    return max(1, round((head_parameters - fixed) / per_unit))
