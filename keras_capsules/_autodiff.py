@@ -192,4 +192,15 @@ def vjp(function, primals, cotangents):
 
         _, pullback, aux = jax.vjp(function, *primals, has_aux=True)
         return list(pullback(tuple(cotangents))), aux
+    if backend == "torch":
+        import torch
+
+        primals = [p.detach().requires_grad_(True) for p in primals]
+        with torch.enable_grad():
+            outputs, aux = function(*primals)
+            grads = torch.autograd.grad(
+                list(outputs), primals, grad_outputs=list(cotangents), allow_unused=True
+            )
+        grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, primals)]
+        return grads, aux
     raise NotImplementedError(f"vjp does not support the {backend} backend.")
