@@ -58,6 +58,19 @@ def routing_statistics(model, images, labels=None, batch_size=100):
     >>> round(digit_caps["max_entropy"], 4), digit_caps["num_children"]
     (2.3026, 144)
     """
+    return {
+        name: _summary(details)
+        for name, details in _layer_details(model, images, labels, batch_size).items()
+    }
+
+
+def _layer_details(model, images, labels=None, batch_size=100):
+    """What `routing_statistics` averages, per routing layer, as arrays (for the figure).
+
+    Returns `{layer_name: {"entropy": (n, children) in nats, "num_parents",
+    "activity": (parents,) fraction of images on which each parent is
+    active, "class_agreement": {class: (agreement, number of pairs)}}}`.
+    """
     check_positive_int("batch_size", batch_size)
     images = np.asarray(images)
     layers = [
@@ -80,7 +93,7 @@ def routing_statistics(model, images, labels=None, batch_size=100):
             f"Received: labels.shape={labels.shape}"
         )
     return {
-        layer.name: _statistics(*_coupling(model, layer, images, batch_size), labels)
+        layer.name: _details(*_coupling(model, layer, images, batch_size), labels)
         for layer in layers
     }
 
@@ -107,24 +120,37 @@ def _coupling(model, layer, images, batch_size):
     return np.concatenate(presence).astype("float64"), np.concatenate(coupling).astype("float64")
 
 
-def _statistics(presence, coupling, labels):
+def _details(presence, coupling, labels):
     n, num_children, num_parents = coupling.shape
     safe = np.where(coupling > 0, coupling, 1.0)
-    entropy = -np.sum(coupling * np.log(safe), axis=-1)  # (n, children)
     strongest = np.argmax(coupling, axis=-1)  # (n, children)
-    agreeing = pairs = 0.0
+    agreement = {}
     for cls in np.unique(labels):
         members = strongest[labels == cls]  # (m, children)
         m = len(members)
+        if m < 2:
+            continue
         # Per child, the pairs of members that share its strongest parent.
         counts = np.stack([np.sum(members == j, axis=0) for j in range(num_parents)], -1)
-        agreeing += np.sum(counts * (counts - 1) / 2) / num_children
-        pairs += m * (m - 1) / 2
+        agreeing = np.sum(counts * (counts - 1) / 2) / num_children
+        agreement[int(cls)] = (float(agreeing / (m * (m - 1) / 2)), m * (m - 1) / 2)
     return {
-        "entropy": float(entropy.mean()),
-        "max_entropy": math.log(num_parents),
-        "inactive_fraction": float(np.mean(np.all(presence < INACTIVE, axis=0))),
-        "same_class_agreement": float(agreeing / pairs) if pairs else None,
+        "entropy": -np.sum(coupling * np.log(safe), axis=-1),  # (n, children)
         "num_parents": int(num_parents),
         "num_children": int(num_children),
+        "activity": np.mean(presence >= INACTIVE, axis=0),  # (parents,)
+        "class_agreement": agreement,
+    }
+
+
+def _summary(details):
+    pairs = sum(count for _, count in details["class_agreement"].values())
+    agreeing = sum(value * count for value, count in details["class_agreement"].values())
+    return {
+        "entropy": float(details["entropy"].mean()),
+        "max_entropy": math.log(details["num_parents"]),
+        "inactive_fraction": float(np.mean(details["activity"] == 0)),
+        "same_class_agreement": float(agreeing / pairs) if pairs else None,
+        "num_parents": details["num_parents"],
+        "num_children": details["num_children"],
     }

@@ -16,7 +16,7 @@ from keras_capsules.cli._model import add_model_arguments
 from keras_capsules.cli._model import load_model_or_preset
 from keras_capsules.cli._types import positive_int
 
-KINDS = ("reconstructions", "dimensions", "multimnist", "routing")
+KINDS = ("reconstructions", "dimensions", "multimnist", "routing", "routing_statistics")
 FILES = {kind: f"{kind}.png" for kind in KINDS}
 
 
@@ -44,6 +44,12 @@ def add_parser(commands):
         help="tweaks, e.g. --steps=-0.1,0,0.1 (the paper: -0.25 to 0.25 by 0.05)",
     )
     figures.add_argument("--reduce", choices=("mean", "sum"), default="mean", help="routing")
+    figures.add_argument(
+        "--sample",
+        type=positive_int,
+        default=500,
+        help="--kind routing_statistics: test images it averages over (500)",
+    )
     figures.add_argument("--dpi", type=positive_int, default=100)
     add_test_image_arguments(figures)
     return figures
@@ -54,7 +60,7 @@ def _kinds(args, pairs):
         if args.kind == "multimnist" and pairs is None:
             fail("--kind multimnist needs a model trained on MultiMNIST (36x36 input)", "figures")
         return [args.kind]
-    kinds = ["reconstructions", "dimensions", "routing"]
+    kinds = ["reconstructions", "dimensions", "routing", "routing_statistics"]
     return kinds + ["multimnist"] if pairs is not None else kinds
 
 
@@ -72,7 +78,7 @@ def run(args):
     from keras_capsules import visualization
 
     model, data = load_model_or_preset(args, "figures")
-    x, _, pairs = test_images(model, args, "figures", data)
+    x, labels, pairs = test_images(model, args, "figures", data)
     if not 0 <= args.index < len(x):
         fail(f"--index must be in [0, {len(x)}), got {args.index}", "figures")
     stop = args.index + args.count
@@ -93,6 +99,13 @@ def run(args):
         ),
         "routing": lambda path: visualization.routing_heatmap(
             model, one, reduce=args.reduce, path=path, dpi=args.dpi
+        ),
+        "routing_statistics": lambda path: visualization.routing_statistics_plot(
+            model,
+            x[: args.sample],
+            labels=None if labels is None else labels[: args.sample],
+            path=path,
+            dpi=args.dpi,
         ),
     }
     os.makedirs(args.output, exist_ok=True)

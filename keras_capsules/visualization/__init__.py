@@ -9,6 +9,8 @@ Uses matplotlib, a dependency of the package.
 - `multimnist_reconstructions`: both MultiMNIST digits, each decoded from its
   own capsule, in red and green (figure 5).
 - `routing_heatmap`: coupling coefficients over the primary capsule grid.
+- `routing_statistics_plot`: coupling entropy, parent activity and same-class
+  agreement of every routing layer over many images.
 - `build_explorer` / `launch_explorer`: the interactive explorer, a Gradio
   page with a slider per capsule dimension (needs the `explore` extra).
 """
@@ -23,6 +25,7 @@ from keras_capsules.visualization.perturbation import perturbations
 from keras_capsules.visualization.reconstruction import reconstruction_grid
 from keras_capsules.visualization.routing import couplings
 from keras_capsules.visualization.routing import routing_heatmap
+from keras_capsules.visualization.routing_statistics import routing_statistics_plot
 
 __all__ = [
     "build_explorer",
@@ -35,4 +38,5 @@ __all__ = [
     "perturbations",
     "reconstruction_grid",
     "routing_heatmap",
+    "routing_statistics_plot",
 ]

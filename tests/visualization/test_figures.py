@@ -11,6 +11,7 @@ from keras_capsules.visualization import perturbation_grid
 from keras_capsules.visualization import perturbations
 from keras_capsules.visualization import reconstruction_grid
 from keras_capsules.visualization import routing_heatmap
+from keras_capsules.visualization import routing_statistics_plot
 from keras_capsules.visualization.perturbation import GAP
 from tests._references import dynamic_routing as numpy_procedure_1
 from tests._references import swap_parents_and_children
@@ -155,6 +156,27 @@ def test_routing_heatmap_panels(model, digits, tmp_path):
     single = images_of(routing_heatmap(model, x[0], classes="predicted"))
     assert len(single) == 2
     np.testing.assert_allclose(single[1], maps[..., predicted], atol=1e-7)
+
+
+def test_routing_statistics_plot_draws_the_statistics(model, digits, tmp_path):
+    from keras_capsules.diagnostics import routing_statistics
+
+    x, y = digits
+    x, y = np.concatenate([x, x[::-1]]), np.concatenate([y, y[::-1]])  # each class twice
+    figure = routing_statistics_plot(model, x, labels=y, path=tmp_path / "stats.png", dpi=40)
+    assert (tmp_path / "stats.png").exists() and len(figure.axes) == 3
+    stats = routing_statistics(model, x, labels=y)["digit_caps"]
+    entropy, activity, agreement = figure.axes
+    counts = [patch.get_height() for patch in entropy.patches]
+    assert sum(counts) == len(x) * stats["num_children"]  # every child of every image
+    assert entropy.get_title().endswith(f"{stats['entropy'] / stats['max_entropy']:.2f}")
+    heights = np.array([patch.get_height() for patch in activity.patches])
+    assert len(heights) == stats["num_parents"] == 10
+    assert np.mean(heights == 0) == stats["inactive_fraction"]
+    lengths = np.linalg.norm(model.predict_poses(x, verbose=0), axis=-1)
+    np.testing.assert_allclose(heights, np.mean(lengths >= 0.1, axis=0))
+    # Two copies of one image send every child to the same parent.
+    assert [patch.get_height() for patch in agreement.patches] == [1.0] * 4
 
 
 def test_invalid_inputs_are_named(model, digits):

@@ -27,8 +27,8 @@ def test_all_kinds_for_an_mnist_model(tmp_path, capsys):
     model = saved(tmp_path, (28, 28, 1))
     out = tmp_path / "figs"
     args = ["figures", model, "--output", str(out), "--count", "3", "--dpi", "40"]
-    assert cli.main(args + ["--dims", "0,5", "--steps=-0.1,0,0.1"]) == 0
-    kinds = ("reconstructions", "dimensions", "routing")
+    assert cli.main(args + ["--dims", "0,5", "--steps=-0.1,0,0.1", "--sample", "40"]) == 0
+    kinds = ("reconstructions", "dimensions", "routing", "routing_statistics")
     check_written([out / f"{kind}.png" for kind in kinds], capsys.readouterr().out)
     assert not (out / "multimnist.png").exists()
     # Two dimensions x three tweaks: the mosaic has 2 rows and 3 columns of 28 px tiles.
@@ -38,8 +38,9 @@ def test_all_kinds_for_an_mnist_model(tmp_path, capsys):
 
 def test_with_no_model_the_capsnet_mnist_preset_is_drawn(tmp_path, capsys):
     out = tmp_path / "figs"
-    assert cli.main(["figures", "--output", str(out), "--count", "3", "--dpi", "40"]) == 0
-    kinds = ("reconstructions", "dimensions", "routing")
+    args = ["figures", "--output", str(out), "--count", "3", "--dpi", "40", "--sample", "40"]
+    assert cli.main(args) == 0
+    kinds = ("reconstructions", "dimensions", "routing", "routing_statistics")
     check_written([out / f"{kind}.png" for kind in kinds], capsys.readouterr().out)
 
 
