@@ -12,6 +12,9 @@ from keras_capsules.layers import FullyConnectedCapsule
 INACTIVE = 0.1
 """A parent capsule below this length (or activation) on every image is never active."""
 
+TIE = 1e-5
+"""A child whose coupling spreads less than this (relative to its largest) has no favourite."""
+
 
 def routing_statistics(model, images, labels=None, batch_size=100):
     """How each routing layer of `model` couples its children to its parents, on `images`.
@@ -28,9 +31,12 @@ def routing_statistics(model, images, labels=None, batch_size=100):
     - `"inactive_fraction"`: the fraction of parents whose length (for vector
       capsules) or activation (for EM routing) stays below 0.1 on every
       image: parents the sample never uses.
-    - `"same_class_agreement"`: over every pair of images of one class, the
-      fraction of children whose strongest parent is the same in both,
-      averaged over the pairs; `None` when no class has two images.
+    - `"same_class_agreement"`: over every pair of images of one class and
+      every child, the fraction of those in which the child's strongest
+      parent is the same in both. A child split evenly between its parents
+      (to within 1e-5 of its largest coefficient) has no strongest parent
+      and is left out; `None` when nothing is left (no class has two
+      images, or the coupling is uniform).
 
     Convolutional capsule layers (`MatrixCapsule`) are left out: their
     children are coupled to parents at several positions.
@@ -124,16 +130,18 @@ def _details(presence, coupling, labels):
     n, num_children, num_parents = coupling.shape
     safe = np.where(coupling > 0, coupling, 1.0)
     strongest = np.argmax(coupling, axis=-1)  # (n, children)
+    # A child split evenly (to rounding) has no strongest parent: it takes no part.
+    decided = np.ptp(coupling, axis=-1) > TIE * np.max(coupling, axis=-1)
     agreement = {}
     for cls in np.unique(labels):
-        members = strongest[labels == cls]  # (m, children)
-        m = len(members)
-        if m < 2:
-            continue
-        # Per child, the pairs of members that share its strongest parent.
-        counts = np.stack([np.sum(members == j, axis=0) for j in range(num_parents)], -1)
-        agreeing = np.sum(counts * (counts - 1) / 2) / num_children
-        agreement[int(cls)] = (float(agreeing / (m * (m - 1) / 2)), m * (m - 1) / 2)
+        members, sure = strongest[labels == cls], decided[labels == cls]  # (m, children)
+        # Per child, the pairs of members that share its strongest parent, of all pairs
+        # of members that have one.
+        counts = np.stack([np.sum((members == j) & sure, axis=0) for j in range(num_parents)], -1)
+        pairs = np.sum(sure, axis=0) * (np.sum(sure, axis=0) - 1) / 2
+        if pairs.sum() > 0:
+            agreeing = np.sum(counts * (counts - 1) / 2)
+            agreement[int(cls)] = (float(agreeing / pairs.sum()), float(pairs.sum()))
     return {
         "entropy": -np.sum(coupling * np.log(safe), axis=-1),  # (n, children)
         "num_parents": int(num_parents),

@@ -30,16 +30,22 @@ def test_statistics_of_a_fixed_coupling_by_hand():
     assert stats["entropy"] == pytest.approx(expected, rel=1e-5)
     assert stats["max_entropy"] == pytest.approx(math.log(2))
     assert stats["inactive_fraction"] == 0.5
-    assert stats["same_class_agreement"] == 1.0  # the same coupling for every image
+    # The same coupling for every image; the even child has no strongest parent.
+    assert stats["same_class_agreement"] == 1.0
     assert (stats["num_children"], stats["num_parents"]) == (3, 2)
 
 
 class _SignCapsule(FullyConnectedCapsule):
-    """Each child goes wholly to parent 0 where its vote's first entry is positive, else to 1."""
+    """Each child goes wholly to parent 0 where its vote is positive, to 1 where negative.
+
+    A zero vote is split evenly between the two.
+    """
 
     def route(self, votes):
         first = ops.cast(votes[:, 0, :, 0] > 0, "float32")  # (batch, children)
-        coupling = ops.stack([first, 1.0 - first], axis=1)  # (batch, parents, children)
+        second = ops.cast(votes[:, 0, :, 0] < 0, "float32")
+        even = (1.0 - first - second) / 2
+        coupling = ops.stack([first + even, second + even], axis=1)  # (batch, parents, children)
         return ops.sum(votes * coupling[..., None], axis=2), coupling
 
 
@@ -54,6 +60,10 @@ def test_same_class_agreement_and_entropy_of_hard_couplings_by_hand():
     stats = routing_statistics(model, signs[..., None], labels=[0, 0, 1, 1, 2])["signs"]
     assert stats["entropy"] == 0.0  # one-hot couplings
     assert stats["same_class_agreement"] == pytest.approx((2 / 3 + 1) / 2)
+    mixed = np.concatenate([signs, [[1, 0, 1]]])  # child 1 of the new image is split evenly
+    stats = routing_statistics(model, mixed[..., None], labels=[0, 0, 1, 1, 2, 2])["signs"]
+    # Class 2 now has a pair, on children 0 and 2 only: both agree (1 + 1 of 2).
+    assert stats["same_class_agreement"] == pytest.approx((2 + 3 + 2) / (3 + 3 + 2))
     alone = routing_statistics(model, signs[..., None], labels=[0, 1, 2, 3, 4])["signs"]
     assert alone["same_class_agreement"] is None  # no class has two images
 
@@ -70,7 +80,9 @@ def test_an_application_by_predicted_class(routing):
     assert stats["max_entropy"] == pytest.approx(math.log(3))
     if routing == "uniform":  # one iteration: every child evenly over the classes
         assert stats["entropy"] == pytest.approx(math.log(3), rel=1e-5)
-    assert stats["same_class_agreement"] is None or 0.0 <= stats["same_class_agreement"] <= 1.0
+        assert stats["same_class_agreement"] is None  # no child has a strongest parent
+    else:
+        assert stats["same_class_agreement"] is None or 0 <= stats["same_class_agreement"] <= 1
 
 
 def test_bad_arguments():
