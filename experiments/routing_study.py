@@ -84,14 +84,20 @@ TASKS = ("mnist", "fashion_mnist", "mnist_600", "mnist_6000", "affine", "multimn
 EPSILONS = (0.05, 0.1, 0.2)
 PGD_STEPS = 10
 PRIMARY_CAPSULE_TYPES = 16
-_DEFAULT_RESULTS = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "results", "routing_study.jsonl"
-)
+_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+_DEFAULT_RESULTS = os.path.join(_RESULTS, "routing_study.jsonl")
+_DEFAULT_COST_RESULTS = os.path.join(_RESULTS, "routing_study_cost.jsonl")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--results", default=_DEFAULT_RESULTS, help="JSON-lines file of the runs")
+    p.add_argument("--results", default=None, help="JSON-lines file of the runs")
+    p.add_argument(
+        "--cost",
+        action="store_true",
+        help="measure each variant's training images/s and peak RSS alone, on an idle machine",
+    )
+    p.add_argument("--cost-steps", type=int, default=300, help="--cost: steps per variant (300)")
     p.add_argument("--steps", type=int, default=1200, help="training steps per run (1200)")
     p.add_argument("--batch", type=int, default=100, help="batch size (100)")
     p.add_argument("--seeds", default="0,1,2", help="seeds (0,1,2)")
@@ -113,6 +119,10 @@ def parse_args(argv=None):
             p.error(f"unknown {name}(s) {unknown}; choose from {list(known)}")
     if args.smoke:
         args.steps, args.attack_size, args.stats_size = 3, 20, 20
+    if args.cost:
+        args.tasks, args.seeds, args.steps = ["cost"], [0], 3 if args.smoke else args.cost_steps
+    if args.results is None:
+        args.results = _DEFAULT_COST_RESULTS if args.cost else _DEFAULT_RESULTS
     return args
 
 
@@ -124,6 +134,7 @@ def protocol(args):
         "attack_size": args.attack_size,
         "stats_size": args.stats_size,
         "smoke": args.smoke,
+        **({"cost": True} if args.cost else {}),
         "backbone": "conv32k5s2-conv64k3s2",
         "primary_capsule_types": PRIMARY_CAPSULE_TYPES,
     }
@@ -188,6 +199,7 @@ def study(args):
         argv += ["--steps", str(args.steps), "--batch", str(args.batch)]
         argv += ["--attack-size", str(args.attack_size), "--stats-size", str(args.stats_size)]
         argv += ["--smoke"] if args.smoke else []
+        argv += ["--cost", "--cost-steps", str(args.steps)] if args.cost else []
         child = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
         if child.returncode != 0:
             raise SystemExit(f"{variant} on {task}, seed {seed}, failed ({child.returncode})")
@@ -241,6 +253,9 @@ def training_data(task, seed, count, smoke):
 
     rng = np.random.default_rng(seed)
     loader = fashion_mnist if task == "fashion_mnist" else mnist
+    if task == "cost":
+        (x_train, y_train), _ = loader.load_data()
+        return x_train[:count, ..., None], y_train[:count], {}
     (x_train, y_train), (x_test, y_test) = loader.load_data()
     if smoke:
         x_test, y_test = x_test[:200], y_test[:200]
@@ -378,7 +393,24 @@ def one_run(args):
             record["routing_statistics"] = routing_statistics(model, x_test[:m], y_test[:m])
     record["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     record["backend"] = keras.backend.backend()
+    if task == "cost":
+        record["cpu"] = _cpu()
     print(json.dumps(record))
+
+
+def _cpu():
+    """The CPU's model name, its core count and whether it has AVX-512."""
+    name, flags = "unknown", ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and name == "unknown":
+                    name = line.split(":", 1)[1].strip()
+                if line.startswith("flags") and not flags:
+                    flags = line
+    except OSError:
+        pass
+    return {"model": name, "cores": os.cpu_count(), "avx512": "avx512f" in flags}
 
 
 # The tables -----------------------------------------------------------------
@@ -446,17 +478,29 @@ def summary(args):
         return read
 
     table(
-        "Cost on MNIST and routing statistics (runs)",
+        "Routing statistics on 500 MNIST test digits (runs)",
         [
-            ("parameters", "mnist", lambda r: r["parameters"]),
-            ("head parameters", "mnist", lambda r: r["head_parameters"]),
-            ("training images/s", "mnist", lambda r: r["images_per_second"]),
-            ("peak RSS, MB", "mnist", lambda r: r["peak_rss_mb"]),
             ("coupling entropy / max", "mnist", lambda r: _entropy_ratio(r)),
             ("inactive parents", "mnist", only_layer("inactive_fraction")),
             ("same-class agreement", "mnist", only_layer("same_class_agreement")),
         ],
     )
+    # Speed and memory come from the --cost runs, each variant alone on the machine.
+    cost = args.results.replace(".jsonl", "_cost.jsonl")
+    if os.path.exists(cost):
+        with open(cost) as f:
+            for line in filter(str.strip, f):
+                record = json.loads(line)
+                by.setdefault((record["variant"], "cost"), []).append(record)
+        table(
+            f"Cost: training on MNIST, batch {args.batch} (--cost runs)",
+            [
+                ("parameters", "cost", lambda r: r["parameters"]),
+                ("head parameters", "cost", lambda r: r["head_parameters"]),
+                ("training images/s", "cost", lambda r: r["images_per_second"]),
+                ("peak RSS, MB", "cost", lambda r: r["peak_rss_mb"]),
+            ],
+        )
 
 
 def _robust(key):
