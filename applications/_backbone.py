@@ -5,6 +5,37 @@ import keras
 from keras_capsules._validation import check_image_shape
 
 
+class BackboneModel:
+    """What a model on a user's backbone adds to its base class.
+
+    The subclass sets `self.backbone`. Its `.keras` config holds the
+    backbone as it is now (frozen or not), `head_parameters()` counts the
+    rest, and without `rescale` the inputs go to the backbone unchecked,
+    in whatever range it was built for ([0, 255] for keras.applications).
+    """
+
+    def head_parameters(self):
+        """The number of parameters outside the backbone: the head's size."""
+        return self.count_params() - self.backbone.count_params()
+
+    def _check_input_range(self, x):
+        if self.rescale is not None:
+            super()._check_input_range(x)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("backbone"), dict):
+            config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+
 def check_backbone(backbone):
     """Raise a `ValueError` unless `backbone` is a Keras layer or model."""
     if not isinstance(backbone, keras.layers.Layer):

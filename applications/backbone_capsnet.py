@@ -1,5 +1,6 @@
 import keras
 
+from applications._backbone import BackboneModel
 from applications._backbone import backbone_input_shape
 from applications._backbone import check_backbone
 from applications._backbone import check_features
@@ -47,7 +48,7 @@ _SPREAD_MARGIN = 0.2
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class BackboneCapsNet(CapsuleClassifier):
+class BackboneCapsNet(BackboneModel, CapsuleClassifier):
     """Capsules on any feature extractor: a backbone, primary capsules and a routing layer.
 
     `backbone` is any Keras model or layer that maps images to a feature map:
@@ -263,30 +264,6 @@ class BackboneCapsNet(CapsuleClassifier):
         )
         self.backbone = backbone
         self.routing = routing
-
-    def _check_input_range(self, x):
-        # Without `rescale` the backbone takes the inputs as they are, in
-        # whatever range it was built for ([0, 255] for keras.applications).
-        if self.rescale is not None:
-            super()._check_input_range(x)
-
-    def head_parameters(self):
-        """The number of parameters outside the backbone: the capsule head's size."""
-        return self.count_params() - self.backbone.count_params()
-
-    def get_config(self):
-        # The backbone as it is now (frozen or not), inside the model's own config.
-        return {
-            **super().get_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
 
 def _capsule_sizes(routing, primary_capsule_dim, capsule_dim, iterations):

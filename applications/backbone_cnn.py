@@ -1,23 +1,20 @@
 import keras
 
+from applications._backbone import BackboneModel
 from applications._backbone import backbone_input_shape
 from applications._backbone import check_backbone
 from applications._backbone import check_features
-from applications._defaults import PortableCompile
-from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
-from applications._defaults import steps_per_execution
-from applications._export import PortableExport
 from applications._inputs import PIXELS
-from applications._inputs import InputRangeCheck
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
+from applications._softmax_classifier import SoftmaxClassifier
 from keras_capsules._validation import check_positive_ints
 from keras_capsules._validation import is_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class BackboneCNN(PortableCompile, PortableExport, InputRangeCheck, keras.Model):
+class BackboneCNN(BackboneModel, SoftmaxClassifier):
     """A plain CNN head on any backbone: the non-capsule control of `BackboneCapsNet`.
 
     The same backbone and feature normalisation as `BackboneCapsNet`, then
@@ -113,49 +110,25 @@ class BackboneCNN(PortableCompile, PortableExport, InputRangeCheck, keras.Model)
         probabilities = keras.layers.Dense(
             num_classes, activation="softmax", name="probabilities", dtype="float32"
         )(x)
-        super().__init__(inputs=images, outputs=probabilities, name=name, **kwargs)
-        self.dtype_policy = policy
-        self._config = {
-            "num_classes": num_classes,
-            "hidden_units": hidden_units,
-            "input_shape": input_shape,
-            "normalize_features": bool(normalize_features),
-            "learning_rate": learning_rate,
-            "decay_steps": decay_steps,
-            "decay_rate": decay_rate,
-            "rescale": rescale,
-            "dtype": policy.name,
-        }
+        super().__init__(
+            images,
+            probabilities,
+            config={
+                "num_classes": num_classes,
+                "hidden_units": hidden_units,
+                "input_shape": input_shape,
+                "normalize_features": bool(normalize_features),
+            },
+            policy=policy,
+            rescale=rescale,
+            learning_rate=learning_rate,
+            decay_steps=decay_steps,
+            decay_rate=decay_rate,
+            compile=compile,
+            name=name,
+            **kwargs,
+        )
         self.backbone = backbone
-        self.image_shape = input_shape
-        self.rescale = rescale
-        self.num_classes = num_classes
-        if compile:
-            self.compile(
-                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
-                steps_per_execution=steps_per_execution(),
-                loss="sparse_categorical_crossentropy",
-                metrics=["accuracy"],
-            )
-
-    def head_parameters(self):
-        """The number of parameters outside the backbone."""
-        return self.count_params() - self.backbone.count_params()
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            **self._config,
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
 
 def _hidden_units(hidden_units, head_parameters, channels, num_classes, normalize):

@@ -1,14 +1,10 @@
 import keras
 
-from applications._defaults import PortableCompile
-from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
-from applications._defaults import steps_per_execution
-from applications._export import PortableExport
 from applications._inputs import PIXELS
-from applications._inputs import InputRangeCheck
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
+from applications._softmax_classifier import SoftmaxClassifier
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_ints
 from keras_capsules._validation import is_number
@@ -17,7 +13,7 @@ POOLING = (None, "max")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class BaselineCNN(PortableCompile, PortableExport, InputRangeCheck, keras.Model):
+class BaselineCNN(SoftmaxClassifier):
     """The baseline CNN of Sabour et al. 2017, ready to `fit`.
 
     Three 5x5 convolutions with stride 1, "same" padding and ReLU (256, 256
@@ -133,37 +129,24 @@ class BaselineCNN(PortableCompile, PortableExport, InputRangeCheck, keras.Model)
         probabilities = keras.layers.Dense(
             num_classes, activation="softmax", name="probabilities", dtype="float32"
         )(x)
-        super().__init__(inputs=images, outputs=probabilities, name=name, **kwargs)
-        self.dtype_policy = policy
-
-        self._config = {
-            "input_shape": input_shape,
-            "num_classes": num_classes,
-            "filters": filters,
-            "kernel_size": kernel_size,
-            "pooling": pooling,
-            "dense_units": dense_units,
-            "dropout": dropout,
-            "learning_rate": learning_rate,
-            "decay_steps": decay_steps,
-            "decay_rate": decay_rate,
-            "rescale": rescale,
-            "dtype": policy.name,
-        }
-        self.image_shape = input_shape
-        self.rescale = rescale
-        self.num_classes = num_classes
-        if compile:
-            self.compile(
-                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
-                steps_per_execution=steps_per_execution(),
-                loss="sparse_categorical_crossentropy",
-                metrics=["accuracy"],
-            )
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._config}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        super().__init__(
+            images,
+            probabilities,
+            config={
+                "input_shape": input_shape,
+                "num_classes": num_classes,
+                "filters": filters,
+                "kernel_size": kernel_size,
+                "pooling": pooling,
+                "dense_units": dense_units,
+                "dropout": dropout,
+            },
+            policy=policy,
+            rescale=rescale,
+            learning_rate=learning_rate,
+            decay_steps=decay_steps,
+            decay_rate=decay_rate,
+            compile=compile,
+            name=name,
+            **kwargs,
+        )

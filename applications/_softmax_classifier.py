@@ -1,0 +1,64 @@
+"""What the CNN controls share: softmax probabilities, cross-entropy, the config round trip."""
+
+import keras
+
+from applications._defaults import PortableCompile
+from applications._defaults import default_optimizer
+from applications._defaults import steps_per_execution
+from applications._export import PortableExport
+from applications._inputs import InputRangeCheck
+
+
+class SoftmaxClassifier(PortableCompile, PortableExport, InputRangeCheck, keras.Model):
+    """A functional model from images to class probabilities, trained with cross-entropy.
+
+    A subclass builds its graph from `images` to `probabilities` and hands
+    both to `__init__` with its own config entries (which must hold
+    `input_shape` and `num_classes`) and the arguments every such model
+    takes: `rescale`, the default compile's learning rate schedule, the
+    policy. It is compiled (unless `compile=False`) with Adam, sparse
+    categorical cross-entropy and accuracy.
+    """
+
+    def __init__(
+        self,
+        images,
+        probabilities,
+        *,
+        config,
+        policy,
+        rescale,
+        learning_rate,
+        decay_steps,
+        decay_rate,
+        compile,
+        name,
+        **kwargs,
+    ):
+        super().__init__(inputs=images, outputs=probabilities, name=name, **kwargs)
+        self.dtype_policy = policy
+        self._config = {
+            **config,
+            "learning_rate": learning_rate,
+            "decay_steps": decay_steps,
+            "decay_rate": decay_rate,
+            "rescale": rescale,
+            "dtype": policy.name,
+        }
+        self.image_shape = config["input_shape"]
+        self.rescale = rescale
+        self.num_classes = config["num_classes"]
+        if compile:
+            self.compile(
+                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
+                steps_per_execution=steps_per_execution(),
+                loss="sparse_categorical_crossentropy",
+                metrics=["accuracy"],
+            )
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self._config}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
