@@ -4,6 +4,7 @@ from keras import ops
 from keras_capsules._validation import is_int
 from keras_capsules.layers.fully_connected_capsule import FullyConnectedCapsule
 from keras_capsules.ops import squash
+from keras_capsules.routing._contract import contract_inputs
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -82,7 +83,7 @@ class RandomCouplingCapsule(FullyConnectedCapsule):
     def route(self, votes):
         votes32 = ops.cast(votes, "float32")
         coupling = ops.softmax(ops.cast(self.coupling_logits, "float32"), axis=0)
-        weighted = ops.einsum("ji,bjid->bjd", coupling, votes32)
+        weighted = contract_inputs(coupling, votes32)  # the same coupling for every example
         outputs = ops.cast(squash(weighted, axis=-1), ops.dtype(votes))
         batch_coupling = ops.broadcast_to(coupling, (ops.shape(votes)[0],) + tuple(coupling.shape))
         return outputs, batch_coupling
