@@ -20,8 +20,8 @@ map on 28x28 images, 8x8x64 on 40x40), with 16 primary capsule types:
 
 Each run trains one variant for a fixed number of steps (`--steps`, batch
 `--batch`, the models' default Adam schedule) on one task, with one seed, in
-its own process (so its peak RSS is its own), and appends one JSON line to
-`--results`:
+its own process, and appends one JSON line to `--results`
+(`experiments/results/routing_study.jsonl`):
 
 - `mnist`, `fashion_mnist`: the full training set; test accuracy on the full
   test set. The `mnist` runs are also attacked: accuracy under FGSM and PGD
@@ -41,17 +41,20 @@ its own process (so its peak RSS is its own), and appends one JSON line to
 Every run records its parameters (and the head's), training images/s (the
 steady rate after the first 10% of steps) and peak RSS. The runs go seed by
 seed, task by task, variant by variant (MultiMNIST after every seed of the
-other tasks); started again, the study skips the
-runs already in `--results` and refuses a results file written with other
-settings. `--minutes` stops it before a run that would start after the
-budget. `--summary` prints the tables (mean and standard deviation over the
-seeds) as Markdown.
+other tasks); started again, the study skips the runs already in
+`--results` and refuses a results file written with other settings.
+`--minutes` stops it before a run that would start after the budget.
+
+`--cost` measures speed and memory apart, on an idle machine: each variant
+trains `--cost-steps` MNIST steps alone in its process, into
+`routing_study_cost.jsonl`. `--summary` prints the tables (mean and
+standard deviation over the seeds) as Markdown.
 
     python experiments/routing_study.py --minutes 170
+    python experiments/routing_study.py --cost
     python experiments/routing_study.py --summary
 
-Images/s and memory are only comparable between runs made on an otherwise
-idle machine. Smoke test (seconds per run):
+Smoke test (seconds per run):
 
     python experiments/routing_study.py --smoke --results /tmp/study.jsonl
 """
