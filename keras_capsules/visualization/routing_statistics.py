@@ -14,8 +14,9 @@ def routing_statistics_plot(model, images, labels=None, path=None, dpi=100, batc
     they are averaged, for every fully connected routing layer of `model`:
 
     - the distribution of each child's coupling entropy over the images,
-      divided by its maximum `log(num_parents)`: near 1 a child is split
-      evenly between the parents (no routing), near 0 it goes to one;
+      divided by its maximum `log(num_parents)`, counted on a log scale: near
+      1 a child is split evenly between the parents (no routing), near 0 it
+      goes to one;
     - for each parent, the fraction of images on which it is active (length
       or activation at least 0.1); parents at zero are never used;
     - for each class, how often two of its images send a child to the same
@@ -54,12 +55,12 @@ def routing_statistics_plot(model, images, labels=None, path=None, dpi=100, batc
         top = math.log(details["num_parents"])
         ratios = details["entropy"].ravel() / top if top > 0 else details["entropy"].ravel()
         # Near-uniform couplings round to just above 1: they belong in the last bin.
-        entropy.hist(np.clip(ratios, 0, 1), bins=np.linspace(0, 1, 41), color="tab:blue")
+        ratios = np.clip(ratios, 0, 1)
+        entropy.hist(ratios, bins=np.linspace(0, 1, 41), color="tab:blue", log=True)
         entropy.axvline(ratios.mean(), color="black", linestyle="--", linewidth=1)
         entropy.set_xticks([0, 0.5, 1])
-        entropy.set_yticks([])
-        entropy.set_xlabel("coupling entropy / log(parents)", fontsize=8)
-        entropy.set_title(f"{name}: mean {ratios.mean():.2f}", fontsize=9)
+        entropy.set_xlabel("coupling entropy / log(parents); children, log scale", fontsize=8)
+        entropy.set_title(f"{name}: entropy / max, mean {ratios.mean():.3f}", fontsize=9)
 
         parents = np.arange(details["num_parents"])
         active = details["activity"]

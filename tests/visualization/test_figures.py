@@ -169,7 +169,7 @@ def test_routing_statistics_plot_draws_the_statistics(model, digits, tmp_path):
     entropy, activity, agreement = figure.axes
     counts = [patch.get_height() for patch in entropy.patches]
     assert sum(counts) == len(x) * stats["num_children"]  # every child of every image
-    assert entropy.get_title().endswith(f"{stats['entropy'] / stats['max_entropy']:.2f}")
+    assert entropy.get_title().endswith(f"{stats['entropy'] / stats['max_entropy']:.3f}")
     heights = np.array([patch.get_height() for patch in activity.patches])
     assert len(heights) == stats["num_parents"] == 10
     assert np.mean(heights == 0) == stats["inactive_fraction"]
