@@ -255,12 +255,21 @@ def test_shipped_presets_predict_alike_on_jax_and_pytorch(tmp_path):
     for preset in applications.list_presets():
         model = getattr(applications, preset["model"]).from_preset(preset["name"])
         _, (x, _) = getattr(datasets, preset["data"]).load_data()
-        expected = model.predict(x[:100, ..., None], batch_size=50, verbose=0)
+        x = x[:100, ..., None].astype("float32")
+        expected = model.predict(x, batch_size=50, verbose=0)
+        # Float32 rounding differs between backends; how far it can move the scores
+        # is the model's own: EM routing's three capsule layers turn a change of the
+        # inputs by one part in a million into 2e-3 (on TensorFlow alone), the
+        # vector capsule presets into less than 1e-5. Three times that, at least 1e-4.
+        nudged = model.predict(x * (1 + 1e-6), batch_size=50, verbose=0)
+        tolerance = max(1e-4, 3 * float(np.abs(nudged - expected).max()))
         for backend in processes:
             with np.load(tmp_path / f"{backend}.npz") as other:
+                got = other[preset["name"]]
                 np.testing.assert_allclose(
-                    other[preset["name"]], expected, atol=1e-4, err_msg=f"{preset} {backend}"
+                    got, expected, atol=tolerance, err_msg=f"{preset} {backend}"
                 )
+                np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
 
 
 def test_copy_of_a_shipped_preset_with_one_byte_altered_is_refused(tmp_path):
