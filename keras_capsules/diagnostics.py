@@ -38,8 +38,11 @@ def routing_statistics(model, images, labels=None, batch_size=100):
       and is left out; `None` when nothing is left (no class has two
       images, or the coupling is uniform).
 
-    Convolutional capsule layers (`MatrixCapsule`) are left out: their
-    children are coupled to parents at several positions.
+    A coupling that is not a distribution over the parents, as
+    self-attention routing's `c + B` (the prior `B` can be negative), is made
+    one first: negative coefficients count as zero and each child's are
+    divided by their sum. Convolutional capsule layers (`MatrixCapsule`) are
+    left out: their children are coupled to parents at several positions.
 
     Args:
         model: a functional Keras model, such as the applications.
@@ -128,6 +131,11 @@ def _coupling(model, layer, images, batch_size):
 
 def _details(presence, coupling, labels):
     n, num_children, num_parents = coupling.shape
+    # Self-attention's coupling `c + B` is no distribution: its negative part is dropped
+    # and the rest normalised over the parents (a child with nothing left is even).
+    coupling = np.maximum(coupling, 0.0)
+    totals = np.sum(coupling, axis=-1, keepdims=True)
+    coupling = np.where(totals > 0, coupling / np.where(totals > 0, totals, 1.0), 1 / num_parents)
     safe = np.where(coupling > 0, coupling, 1.0)
     strongest = np.argmax(coupling, axis=-1)  # (n, children)
     # A child split evenly (to rounding) has no strongest parent: it takes no part.

@@ -68,7 +68,30 @@ def test_same_class_agreement_and_entropy_of_hard_couplings_by_hand():
     assert alone["same_class_agreement"] is None  # no class has two images
 
 
-@pytest.mark.parametrize("routing", ["dynamic", "uniform", "em"])
+class _UnnormalizedCapsule(FullyConnectedCapsule):
+    """Coupling `(3, -1)` for a positive vote, `(-1, -2)` for another: no distribution."""
+
+    def route(self, votes):
+        first = ops.cast(votes[:, 0, :, 0] > 0, "float32")  # (batch, children)
+        coupling = ops.stack([4 * first - 1, first - 2], axis=1)  # (batch, parents, children)
+        return ops.sum(votes * coupling[..., None], axis=2), coupling
+
+
+def test_couplings_that_are_no_distribution_are_normalised():
+    inputs = keras.Input((2, 1))
+    layer = _UnnormalizedCapsule(2, 1, name="raw")
+    model = keras.Model(inputs, layer(inputs))
+    layer.kernel.assign(np.ones((2, 1, 2), "float32"))
+    signs = np.array([[1, -1], [1, -1]], "float32")[..., None]
+    stats = routing_statistics(model, signs, labels=[0, 0])["raw"]
+    # (3, -1) becomes (1, 0), entropy 0; (-1, -2) nothing, so even: log 2.
+    assert stats["entropy"] == pytest.approx(math.log(2) / 2)
+    assert (
+        stats["same_class_agreement"] == 1.0
+    )  # the decided child agrees; the even one not counted
+
+
+@pytest.mark.parametrize("routing", ["dynamic", "uniform", "em", "self_attention"])
 def test_an_application_by_predicted_class(routing):
     backbone = keras.Sequential([keras.Input((16, 16, 1)), keras.layers.Conv2D(8, 3, strides=2)])
     model = applications.BackboneCapsNet(
