@@ -2,6 +2,7 @@
 
 import keras
 
+from applications._inputs import rescaled
 from keras_capsules._validation import check_image_shape
 
 
@@ -75,7 +76,22 @@ def backbone_input_shape(backbone, input_shape):
     return input_shape
 
 
-def check_features(features, input_shape):
+def backbone_features(backbone, input_shape, rescale, policy, normalize):
+    """`(images, features)`: the model's input and the backbone's feature map of it.
+
+    The images are multiplied by `rescale` before the backbone; the feature
+    map must be 4D and of known size, and with `normalize` its channels are
+    layer-normalised at every position (the layer `"feature_norm"`).
+    """
+    images = keras.Input(shape=input_shape, name="images")
+    features = backbone(rescaled(images, rescale, policy))
+    _check_features(features, input_shape)
+    if normalize:
+        features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(features)
+    return images, features
+
+
+def _check_features(features, input_shape):
     shape = getattr(features, "shape", None)
     if (
         not isinstance(features, keras.KerasTensor)

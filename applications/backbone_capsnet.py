@@ -1,15 +1,14 @@
 import keras
 
 from applications._backbone import BackboneModel
+from applications._backbone import backbone_features
 from applications._backbone import backbone_input_shape
 from applications._backbone import check_backbone
-from applications._backbone import check_features
 from applications._capsule_classifier import CapsuleClassifier
 from applications._capsule_classifier import check_reconstruction_weight
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
-from applications._inputs import rescaled
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive_ints
 from keras_capsules._validation import is_number
@@ -217,11 +216,9 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         )
         check_reconstruction_weight(reconstruction_weight)
 
-        images = keras.Input(shape=input_shape, name="images")
-        features = backbone(rescaled(images, rescale, policy))
-        check_features(features, input_shape)
-        if normalize_features:
-            features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(features)
+        images, features = backbone_features(
+            backbone, input_shape, rescale, policy, normalize_features
+        )
         poses, scores = _head(
             features,
             routing,

@@ -1,13 +1,12 @@
 import keras
 
 from applications._backbone import BackboneModel
+from applications._backbone import backbone_features
 from applications._backbone import backbone_input_shape
 from applications._backbone import check_backbone
-from applications._backbone import check_features
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
-from applications._inputs import rescaled
 from applications._softmax_classifier import SoftmaxClassifier
 from keras_capsules._validation import check_positive_ints
 from keras_capsules._validation import is_int
@@ -96,15 +95,12 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         check_positive_ints(num_classes=num_classes)
-        images = keras.Input(shape=input_shape, name="images")
-        features = backbone(rescaled(images, rescale, policy))
-        check_features(features, input_shape)
-        channels = features.shape[-1]
-        hidden_units = _hidden_units(
-            hidden_units, head_parameters, channels, num_classes, bool(normalize_features)
+        images, features = backbone_features(
+            backbone, input_shape, rescale, policy, normalize_features
         )
-        if normalize_features:
-            features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(features)
+        hidden_units = _hidden_units(
+            hidden_units, head_parameters, features.shape[-1], num_classes, bool(normalize_features)
+        )
         x = keras.layers.GlobalAveragePooling2D(name="pool", dtype=policy)(features)
         x = keras.layers.Dense(hidden_units, activation="relu", name="hidden", dtype=policy)(x)
         probabilities = keras.layers.Dense(

@@ -140,9 +140,9 @@ def pgd(
         adversarial = np.clip(adversarial, 0.0, top)
     for start in range(0, len(images), batch_size):
         batch = slice(start, start + batch_size)
-        x = adversarial[batch]
+        x, targets = adversarial[batch], ops.convert_to_tensor(labels[batch].astype("int32"))
         for _ in range(steps):
-            x = x + stride * np.sign(_loss_gradient(model, loss, x, labels[batch]))
+            x = x + stride * np.sign(_loss_gradient(model, loss, x, targets))
             x = np.clip(x, images[batch] - radius, images[batch] + radius)
             x = np.clip(x, 0.0, top)
         adversarial[batch] = x
@@ -172,7 +172,6 @@ def _scores(model, x):
 
 def _loss_gradient(model, loss, x, labels):
     """The gradient of the batch's loss with respect to `x`, as NumPy (only its sign is used)."""
-    labels = ops.convert_to_tensor(labels.astype("int32"))
 
     def total(images):
         return (loss(labels, _scores(model, images)),), None
