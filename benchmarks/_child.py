@@ -51,12 +51,60 @@ def run_alternating(script, args, names, repeats):
 
 
 def run_child(script, args, only):
+    return run_command(child_argv(script, args, only), only)
+
+
+def run_command(argv, name, env=None):
+    """Run `argv` (with `env`, or this process's environment) and read its last JSON line."""
     proc = subprocess.run(
-        child_argv(script, args, only), stdout=subprocess.PIPE, stderr=None, text=True, check=False
+        argv, stdout=subprocess.PIPE, stderr=None, text=True, check=False, env=env
     )
     if proc.returncode != 0:
-        sys.exit(f"the '{only}' subprocess failed with exit status {proc.returncode}")
+        sys.exit(f"the '{name}' subprocess failed with exit status {proc.returncode}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if not lines:
-        sys.exit(f"the '{only}' subprocess printed no JSON result; stdout was:\n{proc.stdout}")
+        sys.exit(f"the '{name}' subprocess printed no JSON result; stdout was:\n{proc.stdout}")
     return json.loads(lines[-1])
+
+
+def cpu_class():
+    """`"AVX-512"`, `"AVX2"` or `"other"`: the vector extensions of this machine's CPU (Linux).
+
+    Figures from the two classes do not compare: TensorFlow's kernels, and
+    whether it runs oneDNN at all, differ between them.
+    """
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(
+                (line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []
+            )
+    except OSError:
+        return "other"
+    if any(flag.startswith("avx512") for flag in flags):
+        return "AVX-512"
+    return "AVX2" if "avx2" in flags else "other"
+
+
+def cpu_model():
+    """The CPU's model name from `/proc/cpuinfo`, or None."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None
+            )
+    except OSError:
+        return None
+
+
+def onednn_enabled():
+    """Whether TensorFlow runs its oneDNN kernels in this process (None on other backends).
+
+    TensorFlow turns them on by default only on CPUs with AVX-512 VNNI or newer
+    extensions; `TF_ENABLE_ONEDNN_OPTS` overrides that. With them it also takes
+    large CPU tensors from a pooling allocator of its own.
+    """
+    if os.environ.get("KERAS_BACKEND") != "tensorflow":
+        return None
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())

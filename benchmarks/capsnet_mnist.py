@@ -42,6 +42,7 @@ import statistics
 import sys
 import time
 
+from _child import onednn_enabled
 from _child import run_alternating
 
 MEASUREMENTS = ("train", "inference", "convs_only")
@@ -119,6 +120,7 @@ def _timer_callback():
             self.end = None
             self.timed_batches = 0
             self._begin = 0
+            self._faults = None
 
         def _begin_call(self, batch):
             self._begin = batch
@@ -128,10 +130,13 @@ def _timer_callback():
             if logs:
                 keras.tree.map_structure(np.asarray, logs)
             now = time.perf_counter()
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             if batch == self.warmup - 1:
                 self.start = now
+                self._faults = [faults, faults]
             elif self.start is not None:
                 self.end = now
+                self._faults[1] = faults
                 self.timed_batches += batch - self._begin + 1
 
         def on_train_batch_begin(self, batch, logs=None):
@@ -150,6 +155,17 @@ def _timer_callback():
             if self.end is None or self.timed_batches == 0:
                 raise RuntimeError("no batch was timed: is --steps at least 1?")
             return self.timed_batches * batch_size / (self.end - self.start)
+
+        def page_fault_mb_per_step(self):
+            """MB of memory faulted in per timed batch: minor page faults times the page size.
+
+            Memory that the allocator returns to the system and takes back at every
+            step shows here; it does not depend on the machine's load.
+            """
+            if self._faults is None or self.timed_batches == 0:
+                raise RuntimeError("no batch was timed: is --steps at least 1?")
+            pages = self._faults[1] - self._faults[0]
+            return pages * resource.getpagesize() / 2**20 / self.timed_batches
 
     return BatchTimer
 
@@ -254,10 +270,12 @@ def run_one(args):
         "measurement": args.only,
         "images_per_s": timer.images_per_s(args.batch),
         "timed_batches": timer.timed_batches,
+        "page_fault_mb_per_step": timer.page_fault_mb_per_step(),
         "steps_per_execution": per_call,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "jit_compile": bool(model.jit_compile),
         "device": _device(),
+        "onednn": onednn_enabled(),
     }
     gpu = _peak_gpu_mb()
     if gpu is not None:
@@ -298,6 +316,10 @@ def main(argv=None):
         "ratio_to_convs": statistics.median(ratios),
         "target_ratio_to_convs": 0.85,
         "peak_rss_mb": {k: max(r["peak_rss_mb"] for r in v) for k, v in runs.items()},
+        "page_fault_mb_per_step": {
+            k: statistics.median(r["page_fault_mb_per_step"] for r in v) for k, v in runs.items()
+        },
+        "onednn": results["train"]["onednn"],
     }
     if len(ratios) > 1:
         report["repeats"] = len(ratios)

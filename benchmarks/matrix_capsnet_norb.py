@@ -26,6 +26,7 @@ import resource
 import sys
 import time
 
+from _child import onednn_enabled
 from _child import run_child
 from capsnet_mnist import _device
 from capsnet_mnist import _timer_callback
@@ -102,9 +103,11 @@ def run_fit(args):
         "batch": batch,
         "images_per_s": timer.images_per_s(batch),
         "timed_batches": timer.timed_batches,
+        "page_fault_mb_per_step": timer.page_fault_mb_per_step(),
         "peak_rss_mb": _peak_rss_mb(),
         "rss_before_fit_mb": before_fit,
         "device": _device(),
+        "onednn": onednn_enabled(),
     }
 
 
