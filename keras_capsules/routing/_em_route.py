@@ -90,7 +90,10 @@ def em_route(
     # their squares and sums stay far from float32's overflow; smaller votes are
     # routed as they are (c = 1).
     scale = ops.stop_gradient(_vote_scale(votes, reference))
-    votes = (votes - reference) / scale
+    # Divided first: the division waits for the scale, by then the votes' last use,
+    # so that it can write over them in place instead of allocating a tensor of
+    # their size (c is a power of two, so both orders give the same result).
+    votes = votes / scale - reference / scale
     reference = reference[..., 0, :]  # (batch, sites, outputs, 16)
     log_scale = ops.reshape(ops.log(scale), (-1, 1, 1))
     beta_v = beta_v + log_scale  # (batch, 1, outputs)
