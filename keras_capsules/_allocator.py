@@ -21,11 +21,12 @@ def use_pooled_cpu_allocator(enabled=True):
     TensorFlow's BFC allocator keeps freed memory in a pool and reuses it,
     which removes those faults. It is chosen with the `TF_CPU_ALLOCATOR_USE_BFC`
     environment variable, which this function sets for the whole process (and
-    the processes it starts). TensorFlow reads the variable once, when it
-    first allocates a tensor: call this function first thing, before anything
-    imports TensorFlow or Keras. Importing `keras_capsules` changes nothing;
-    the `keras-capsules` command calls it unless the variable is already set.
-    It has no effect on the JAX and PyTorch backends.
+    the processes it starts). TensorFlow reads the variable once, when its
+    runtime starts at the first TensorFlow operation (building a model runs
+    some): call this function before that. Importing TensorFlow or Keras first
+    is fine. Importing `keras_capsules` changes nothing; the `keras-capsules`
+    command calls it unless the variable is already set. It has no effect on
+    the JAX and PyTorch backends.
 
     Where TensorFlow runs its oneDNN kernels (its default on CPUs with
     AVX-512, or with `TF_ENABLE_ONEDNN_OPTS=1`), it takes CPU memory from
@@ -41,9 +42,9 @@ def use_pooled_cpu_allocator(enabled=True):
             `False` TensorFlow's default allocator (`"false"`).
 
     Returns:
-        `True` if TensorFlow had not been imported yet, so the choice applies.
-        `False` if it had, with a `RuntimeWarning`: the variable is still set,
-        but it changes nothing if TensorFlow has already allocated a tensor.
+        `True` if TensorFlow's runtime had not started yet, so the choice
+        applies. `False` if it had, with a `RuntimeWarning`: the variable is
+        still set, but it changes nothing in this process.
 
     Example:
 
@@ -55,18 +56,35 @@ def use_pooled_cpu_allocator(enabled=True):
     ...     applies = keras_capsules.use_pooled_cpu_allocator()
     >>> os.environ["TF_CPU_ALLOCATOR_USE_BFC"]
     'true'
-    >>> applies == (not caught)  # warned if TensorFlow was imported already
+    >>> applies == (not caught)  # warned if TensorFlow's runtime had started
     True
     """
     os.environ[ENVIRONMENT_VARIABLE] = "true" if enabled else "false"
-    if "tensorflow" not in sys.modules:
+    if not tensorflow_started():
         return True
     warnings.warn(
-        f"use_pooled_cpu_allocator() was called after TensorFlow was imported: "
-        f"TensorFlow reads {ENVIRONMENT_VARIABLE} once, at its first allocation, so if it "
-        "has allocated a tensor already the setting changes nothing. Call it before "
-        "importing TensorFlow or Keras.",
+        "use_pooled_cpu_allocator() was called after TensorFlow ran its first "
+        f"operation: TensorFlow reads {ENVIRONMENT_VARIABLE} once, when its runtime "
+        "starts, so the setting changes nothing in this process. Call it before "
+        "building a model or running any TensorFlow operation (importing Keras first "
+        "is fine).",
         RuntimeWarning,
         stacklevel=2,
     )
     return False
+
+
+def tensorflow_started():
+    """Whether TensorFlow's runtime has started in this process, so its CPU allocator is chosen.
+
+    Importing TensorFlow does not start it; its first operation does. Where
+    TensorFlow's internals do not tell, an imported TensorFlow counts as started.
+    """
+    if "tensorflow" not in sys.modules:
+        return False
+    context = sys.modules.get("tensorflow.python.eager.context")
+    try:
+        current = context.context_safe()
+        return current is not None and current._context_handle is not None
+    except AttributeError:
+        return True

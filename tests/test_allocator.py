@@ -34,6 +34,15 @@ import keras_capsules
 print(keras_capsules.use_pooled_cpu_allocator())
 """
 
+# Importing Keras imports TensorFlow but runs no operation: not too late.
+_CALL_AFTER_IMPORTING_KERAS = """
+import warnings
+import keras
+warnings.simplefilter("error")
+import keras_capsules
+print(keras_capsules.use_pooled_cpu_allocator())
+"""
+
 _CALL_TOO_LATE = """
 import warnings
 import tensorflow as tf
@@ -42,7 +51,7 @@ import keras_capsules
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     print(keras_capsules.use_pooled_cpu_allocator())
-print([(w.category.__name__, "before importing TensorFlow" in str(w.message)) for w in caught])
+print([(w.category.__name__, "before building a model" in str(w.message)) for w in caught])
 """
 
 # The command chooses before its subcommand imports TensorFlow; `evaluate` of a
@@ -84,6 +93,7 @@ _PROBES = {
     "import only": (_IMPORT_ONLY,),
     "call first, None": (_CALL_FIRST, None),
     "call first, false": (_CALL_FIRST, "false"),
+    "call after importing Keras": (_CALL_AFTER_IMPORTING_KERAS,),
     "call too late": (_CALL_TOO_LATE,),
     "command, None": (_COMMAND, None),
     "command, false": (_COMMAND, "false"),
@@ -124,6 +134,11 @@ def test_importing_keras_capsules_changes_no_allocator(probe):
 def test_calling_it_first_chooses_the_pool(probe, value):
     # An explicit call wins over the variable the environment set.
     assert probe(f"call first, {value}") == ["True", "pooled True"]
+
+
+@requires_tensorflow
+def test_calling_it_after_importing_keras_still_chooses_the_pool(probe):
+    assert probe("call after importing Keras") == ["True", "pooled True"]
 
 
 @requires_tensorflow

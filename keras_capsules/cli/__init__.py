@@ -16,7 +16,6 @@ arguments, and `run(args)`, its work. Keras and TensorFlow are imported by
 """
 
 import os
-import sys
 
 __all__ = ["main"]
 
@@ -30,7 +29,7 @@ def main(argv=None):
     (`keras_capsules.use_pooled_cpu_allocator`) unless the environment
     variable `TF_CPU_ALLOCATOR_USE_BFC` is already set
     (`TF_CPU_ALLOCATOR_USE_BFC=false` keeps TensorFlow's default) or
-    TensorFlow was imported before `main` was called.
+    TensorFlow ran an operation before `main` was called.
 
     Args:
         argv: the arguments after `keras-capsules`, as a list of strings;
@@ -64,6 +63,6 @@ def _choose_allocator():
     """Pool TensorFlow's CPU memory, unless the user chose otherwise or it is too late."""
     from keras_capsules import _allocator
 
-    if _allocator.ENVIRONMENT_VARIABLE in os.environ or "tensorflow" in sys.modules:
+    if _allocator.ENVIRONMENT_VARIABLE in os.environ or _allocator.tensorflow_started():
         return
     _allocator.use_pooled_cpu_allocator()
