@@ -29,7 +29,7 @@ def use_pooled_cpu_allocator(enabled=True):
     the JAX and PyTorch backends.
 
     Where TensorFlow runs its oneDNN kernels (its default on CPUs with
-    AVX-512, or with `TF_ENABLE_ONEDNN_OPTS=1`), it takes CPU memory from
+    AVX-512 VNNI or newer extensions, or with `TF_ENABLE_ONEDNN_OPTS=1`), it takes CPU memory from
     oneDNN's own allocator instead, which pools large tensors itself: the
     variable then changes nothing.
 
@@ -60,7 +60,7 @@ def use_pooled_cpu_allocator(enabled=True):
     True
     """
     os.environ[ENVIRONMENT_VARIABLE] = "true" if enabled else "false"
-    if not tensorflow_started():
+    if not _tensorflow_started():
         return True
     warnings.warn(
         "use_pooled_cpu_allocator() was called after TensorFlow ran its first "
@@ -74,11 +74,12 @@ def use_pooled_cpu_allocator(enabled=True):
     return False
 
 
-def tensorflow_started():
+def _tensorflow_started():
     """Whether TensorFlow's runtime has started in this process, so its CPU allocator is chosen.
 
-    Importing TensorFlow does not start it; its first operation does. Where
+    Importing TensorFlow does not start it; its first eager operation does. Where
     TensorFlow's internals do not tell, an imported TensorFlow counts as started.
+    A TF1 `Session`, or a reset eager context, is not seen.
     """
     if "tensorflow" not in sys.modules:
         return False

@@ -63,6 +63,6 @@ def _choose_allocator():
     """Pool TensorFlow's CPU memory, unless the user chose otherwise or it is too late."""
     from keras_capsules import _allocator
 
-    if _allocator.ENVIRONMENT_VARIABLE in os.environ or _allocator.tensorflow_started():
+    if _allocator.ENVIRONMENT_VARIABLE in os.environ or _allocator._tensorflow_started():
         return
     _allocator.use_pooled_cpu_allocator()
