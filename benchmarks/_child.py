@@ -67,19 +67,24 @@ def run_command(argv, name, env=None):
     return json.loads(lines[-1])
 
 
+def _cpuinfo(field):
+    """The value of the first `field` line of `/proc/cpuinfo` (Linux), or None."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith(field)), None
+            )
+    except OSError:
+        return None
+
+
 def cpu_class():
     """`"AVX-512"`, `"AVX2"` or `"other"`: the vector extensions of this machine's CPU (Linux).
 
     Figures from the two classes do not compare: TensorFlow's kernels, and
     whether it runs oneDNN at all, differ between them.
     """
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(
-                (line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []
-            )
-    except OSError:
-        return "other"
+    flags = (_cpuinfo("flags") or "").split()
     if any(flag.startswith("avx512") for flag in flags):
         return "AVX-512"
     return "AVX2" if "avx2" in flags else "other"
@@ -87,13 +92,7 @@ def cpu_class():
 
 def cpu_model():
     """The CPU's model name from `/proc/cpuinfo`, or None."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(
-                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None
-            )
-    except OSError:
-        return None
+    return _cpuinfo("model name")
 
 
 def onednn_enabled():
