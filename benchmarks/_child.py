@@ -82,7 +82,10 @@ def cpu_class():
     """`"AVX-512"`, `"AVX2"` or `"other"`: the vector extensions of this machine's CPU (Linux).
 
     Figures from the two classes do not compare: TensorFlow's kernels, and
-    whether it runs oneDNN at all, differ between them.
+    whether it runs oneDNN at all, differ between them. The class alone does
+    not say which path TensorFlow takes (an AVX-512 CPU without VNNI runs
+    without oneDNN by default, an AVX2 one with AVX-VNNI with it):
+    `onednn_enabled()` does.
     """
     flags = (_cpuinfo("flags") or "").split()
     if any(flag.startswith("avx512") for flag in flags):
@@ -98,9 +101,10 @@ def cpu_model():
 def onednn_enabled():
     """Whether TensorFlow runs its oneDNN kernels in this process (None on other backends).
 
-    TensorFlow turns them on by default only on CPUs with AVX-512 VNNI or newer
-    extensions; `TF_ENABLE_ONEDNN_OPTS` overrides that. With them it also takes
-    large CPU tensors from a pooling allocator of its own.
+    TensorFlow turns them on by default only on CPUs with VNNI (AVX-512 VNNI,
+    AVX-VNNI) or newer extensions; `TF_ENABLE_ONEDNN_OPTS` overrides that.
+    With them it also takes large CPU tensors from a pooling allocator of its
+    own.
     """
     if os.environ.get("KERAS_BACKEND") != "tensorflow":
         return None

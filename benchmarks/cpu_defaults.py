@@ -17,14 +17,20 @@ allocator (`TF_CPU_ALLOCATOR_USE_BFC=false`, which is what TensorFlow does when
 the variable is unset), and "cli", with the pool (`true`). Everything else is
 inherited from this process's environment, `TF_ENABLE_ONEDNN_OPTS` included.
 `--repeats N` runs the six measurements N times, alternating, and reports medians.
+CapsNet and its convolutions run one step per call of the compiled step (the
+applications compile 32), so that a run of a few dozen steps keeps a warm-up
+apart from the timed steps; at batch 100 a step takes a second or more, and
+Keras's work around each call is a small share of it.
 
 The report names the CPU class (AVX-512 or AVX2) and whether TensorFlow runs
-its oneDNN kernels: it does by default only on CPUs with AVX-512 VNNI or newer
-extensions, so AVX2 machines take a different path, and their figures do not
-compare with AVX-512 ones. `page_fault_mb_per_step` is the memory faulted in per
-training step (minor page faults times the page size): memory the allocator
-returns to the system and takes back at every step. Unlike the speeds it does
-not depend on what else the machine runs.
+its oneDNN kernels: it does by default only on CPUs with VNNI or newer
+extensions, so most AVX2 machines, and AVX-512 ones without VNNI, take a
+different path, and figures from the two classes do not compare. The targets
+are the AVX2 class's: `meets_targets` is null on another class.
+`page_fault_mb_per_step` is the memory faulted in per training step (minor
+page faults times the page size): memory the allocator returns to the system
+and takes back at every step. Unlike the speeds it does not depend on what
+else the machine runs.
 
     python benchmarks/cpu_defaults.py --repeats 3 > cpu_defaults.json
     python benchmarks/cpu_defaults.py --steps 2 --em-steps 1 --warmup 1 --batch 8  # smoke test
@@ -43,9 +49,9 @@ from _child import run_command
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODES = {"plain": "false", "cli": "true"}  # TF_CPU_ALLOCATOR_USE_BFC
 MODELS = ("capsnet", "convs", "em")
-TARGETS = {
+TARGETS = {  # for the AVX2 class, 2 cores
     "capsnet_ratio_to_convs": 0.9,  # plain Python, at least
-    "em_images_per_s": 45.0,  # plain Python, at least (AVX2, 2 cores)
+    "em_images_per_s": 45.0,  # plain Python, at least
     "cli_over_plain": 1.05,  # at most, for each model
 }
 
@@ -125,6 +131,8 @@ def main(argv=None):
         report["plain"]["capsnet_ratio_to_convs"] >= TARGETS["capsnet_ratio_to_convs"]
         and report["plain"]["em_images_per_s"] >= TARGETS["em_images_per_s"]
         and max(report["cli_over_plain"].values()) <= TARGETS["cli_over_plain"]
+        if report["cpu_class"] == "AVX2"
+        else None
     )
     print(json.dumps(report, indent=2), flush=True)
 
