@@ -7,9 +7,10 @@ and by the rest ("other": losses, metrics, the reconstruction decoder that
 the capsule classifiers run in their loss, and the gradients that routing
 writes outside a layer's scope). The figures are op time summed over
 TensorFlow's threads, per step: on 2 cores they add up to about twice the
-step's wall time. They say what share of a step each part takes, and that
-share holds while other work slows the machine, which the wall time does
-not.
+step's wall time. They say what share of a step each part takes; other
+work on the machine stretches every op about alike, so the shares move much
+less than a wall-clock figure does (an idle machine is still the place to
+measure them).
 
 * `capsnet`: `CapsNetMNIST`, batch `--batch`;
 * `convs`: its two convolutions alone (`capsnet_mnist.py`'s `convs_only`);
