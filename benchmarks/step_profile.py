@@ -100,17 +100,34 @@ def op_times(logdir, model_name, optimizer_name):
                     continue  # not an op of the graph (executor and thread-pool events)
                 scope, op = name.rsplit(":", 1)
                 parts = scope.split("/")
-                owner = next((p for p in parts if p.startswith(model_name)), None)
-                if owner is not None and parts.index(owner) + 1 < len(parts):
-                    group = parts[parts.index(owner) + 1]
+                owner = next((i for i, p in enumerate(parts) if p.startswith(model_name)), None)
+                if owner is not None and owner + 1 < len(parts):
+                    group = parts[owner + 1]
                 else:
                     group = "optimizer" if optimizer_name in parts else "other"
                 group = group.rsplit("_", 1)[0] if group[-1].isdigit() else group
-                kind = "gradient" if "gradient_tape" in parts else "forward"
-                kind = "update" if group == "optimizer" else kind
+                if group == "optimizer":
+                    kind = "update"
+                else:
+                    kind = "gradient" if "gradient_tape" in parts else "forward"
                 totals[(group, kind, op)][0] += event.duration_ps / 1e9
                 totals[(group, kind, op)][1] += 1
     return totals
+
+
+def _pooled():
+    """Whether a pooling allocator serves TensorFlow's CPU memory (BFC, or oneDNN's own).
+
+    Only a pool keeps the statistics `get_memory_info` reads; TensorFlow's
+    default CPU allocator raises `ValueError`.
+    """
+    import tensorflow as tf
+
+    try:
+        tf.config.experimental.get_memory_info("CPU:0")
+    except ValueError:
+        return False
+    return True
 
 
 def main(argv=None):
@@ -141,7 +158,7 @@ def main(argv=None):
         "steps": args.steps,
         "cpu_class": cpu_class(),
         "onednn": onednn_enabled(),
-        "allocator": "pool" if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC") == "true" else "default",
+        "allocator": "pool" if _pooled() else "default",
         "op_ms_per_step": round(total / args.steps, 1),
         "groups_ms_per_step": {g: round(ms / args.steps, 1) for g, ms in groups.most_common()},
         "groups_share": {g: round(ms / total, 3) for g, ms in groups.most_common()},
