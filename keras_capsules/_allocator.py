@@ -28,9 +28,10 @@ def use_pooled_cpu_allocator(enabled=True):
     command calls it unless the variable is already set. It has no effect on
     the JAX and PyTorch backends.
 
-    Where TensorFlow runs its oneDNN kernels (its default on CPUs with
-    AVX-512 VNNI or newer extensions, or with `TF_ENABLE_ONEDNN_OPTS=1`), it takes CPU memory from
-    oneDNN's own allocator instead, which pools large tensors itself: the
+    Where TensorFlow runs its oneDNN kernels (its default on CPUs with VNNI,
+    AVX-512 VNNI or AVX-VNNI, or newer extensions, or with
+    `TF_ENABLE_ONEDNN_OPTS=1`), it takes CPU memory from oneDNN's own
+    allocator instead, which pools large tensors itself: the
     variable then changes nothing.
 
     The pool holds what the process needed at its peak, plus what
