@@ -81,9 +81,19 @@ class EMCapsule(keras.layers.Layer):
             name="beta_a", shape=(self.capsule_types,), initializer="zeros"
         )
 
-    def route(self, votes, activations, initial_responsibility, log_normalize):
+    def route(
+        self,
+        votes,
+        activations,
+        initial_responsibility,
+        log_normalize,
+        reference=None,
+        vote_bound=None,
+    ):
         """EM routing of votes `(batch, sites, capsule_types, inputs, 16)`.
 
+        `reference` and `vote_bound`, if the layer forms them from its smaller
+        tensors, spare routing its passes over the votes (see `em_route`).
         Returns the poses and activations in the layer's compute dtype, and
         `R` of the last E-step (`None` after a single iteration).
         """
@@ -95,6 +105,8 @@ class EMCapsule(keras.layers.Layer):
             self.settings,
             initial_responsibility=initial_responsibility,
             log_normalize=log_normalize,
+            reference=reference,
+            vote_bound=vote_bound,
         )
         return ops.cast(poses, self.compute_dtype), ops.cast(acts, self.compute_dtype), resp
 

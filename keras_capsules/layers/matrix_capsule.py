@@ -164,6 +164,35 @@ class MatrixCapsule(EMCapsule):
         votes = ops.transpose(votes, (1, 2, 4, 0, 3, 5))
         return ops.reshape(votes, (batch, sites, self.capsule_types, num_inputs, 16))
 
+    def _vote_reference(self, child_poses):
+        """The mean of each parent's votes, `(batch, sites, types, 16)`, without the votes.
+
+        `mean_i pose[b, s, i] @ W[i, j]` as one product that sums over the inputs
+        (and the rows of W) as it goes, so routing need not read the votes for it.
+        The poses are divided first, so that no partial sum exceeds the largest vote.
+        """
+        shape = ops.shape(child_poses)
+        batch, sites, num_inputs = shape[0], shape[1], shape[2]
+        kernel = ops.cast(self.kernel, "float32")
+        lhs = ops.reshape(
+            ops.transpose(child_poses / num_inputs, (0, 1, 3, 2, 4)),
+            (batch * sites * 4, num_inputs * 4),
+        )
+        rhs = ops.reshape(ops.transpose(kernel, (0, 2, 1, 3)), (num_inputs * 4, -1))
+        mean = ops.reshape(ops.matmul(lhs, rhs), (batch, sites, 4, self.capsule_types, 4))
+        return ops.reshape(
+            ops.transpose(mean, (0, 1, 3, 2, 4)), (batch, sites, self.capsule_types, 16)
+        )
+
+    def _vote_bound(self, poses):
+        """At least the largest `|vote|` of each example, `(batch,)`, without the votes.
+
+        Each entry of `pose @ W` sums four products: at most 4 max|pose| max|W|.
+        """
+        axes = tuple(range(1, len(poses.shape)))
+        largest_pose = ops.max(ops.abs(poses), axis=axes)
+        return 4.0 * largest_pose * ops.max(ops.abs(ops.cast(self.kernel, "float32")))
+
     def call(self, inputs, return_responsibilities=False):
         poses, activations = (ops.cast(x, "float32") for x in inputs)
         batch, types = ops.shape(poses)[0], ops.shape(poses)[3]
@@ -182,7 +211,12 @@ class MatrixCapsule(EMCapsule):
 
         initial = ops.convert_to_tensor(self._initial)
         out_poses, out_activations, resp = self.route(
-            votes, child_activations, initial, log_normalize
+            votes,
+            child_activations,
+            initial,
+            log_normalize,
+            reference=self._vote_reference(child_poses),
+            vote_bound=self._vote_bound(poses),
         )
         out_poses = ops.reshape(out_poses, (batch, out_h, out_w, self.capsule_types, 16))
         out_activations = ops.reshape(out_activations, (batch, out_h, out_w, self.capsule_types))

@@ -15,6 +15,7 @@ EM_EPSILON = 1e-7
 
 _LOG_2PI = 1.8378770664093453
 _TINY = 2.0**-126  # float32's smallest normal number
+_LARGEST_FLOAT32 = 3.4028234663852886e38
 
 
 def em_route(
@@ -26,6 +27,8 @@ def em_route(
     initial_responsibility,
     log_normalize,
     gradient="auto",
+    reference=None,
+    vote_bound=None,
 ):
     """The iterations of EM routing, shared by `em_routing` and the matrix capsule layers.
 
@@ -62,6 +65,15 @@ def em_route(
             float32 rounding. On TensorFlow `"structured"` is first-order
             only (see `dynamic_routing`): use `"autodiff"` for gradients
             of gradients.
+        reference: `(batch, sites, num_outputs, 16)`, a pose near the middle
+            of each parent's votes, subtracted from them before routing; by
+            default their mean over the inputs. Any value gives the same
+            result, up to rounding: a layer that can form the mean from
+            smaller tensors than the votes passes it, sparing a pass over them.
+        vote_bound: `(batch,)`, at least the largest `|votes|` of each
+            example; by default that largest value, found with two passes
+            over the votes. A looser bound divides some votes by a larger
+            power of two than they need, which changes nothing but rounding.
 
     Returns:
         `(poses, activations, R)`: `(batch, sites, num_outputs, 16)`,
@@ -80,7 +92,11 @@ def em_route(
     # keeps the expanded squares below (V^2 - 2 V mu + mu^2) free of cancellation
     # when votes are large or share an offset. The reference is a constant for
     # differentiation, which is exact because the result does not depend on it.
-    reference = ops.stop_gradient(ops.mean(votes, axis=-2, keepdims=True))
+    if reference is None:
+        reference = ops.mean(votes, axis=-2, keepdims=True)
+    else:
+        reference = ops.expand_dims(ops.cast(reference, "float32"), -2)
+    reference = ops.stop_gradient(reference)
     # Routing is also scale-equivariant, given the variance floor: votes divided
     # by c, with the floor divided by c^2, give the means divided by c, the same
     # responsibilities, and costs short of dim log c per unit of `total`, added
@@ -89,11 +105,17 @@ def em_route(
     # are divided by the power of two c that brings them under it, so that
     # their squares and sums stay far from float32's overflow; smaller votes are
     # routed as they are (c = 1).
-    scale = ops.stop_gradient(_vote_scale(votes, reference))
-    # Divided first: the division waits for the scale, by then the votes' last use,
-    # so that it can write over them in place instead of allocating a tensor of
-    # their size (c is a power of two, so both orders give the same result).
-    votes = votes / scale - reference / scale
+    scale = ops.stop_gradient(_vote_scale(votes, reference, vote_bound))
+    # Only a batch with such votes pays for the division, forward and backward:
+    # the other branch is the subtraction alone. Divided first: the division waits
+    # for the scale, by then the votes' last use, so that it can write over them in
+    # place instead of allocating a tensor of their size (c is a power of two, so
+    # both orders give the same result).
+    votes = ops.cond(
+        ops.any(scale > 1.0),
+        lambda: votes / scale - reference / scale,
+        lambda: votes - reference,
+    )
     reference = reference[..., 0, :]  # (batch, sites, outputs, 16)
     log_scale = ops.reshape(ops.log(scale), (-1, 1, 1))
     beta_v = beta_v + log_scale  # (batch, 1, outputs)
@@ -127,11 +149,13 @@ _LARGEST_ROUTED = 16
 """Votes are routed as they are up to 2^16 from their mean, scaled down beyond."""
 
 
-def _vote_scale(votes, reference):
+def _vote_scale(votes, reference, vote_bound=None):
     """Per example, the power of two c >= 1 that brings `|votes - reference|` under 2^16.
 
     `(batch, 1, 1, 1, 1)`. The bound `max |votes| + max |reference|` spares a
-    pass over the centred votes; zero votes give c = 1.
+    pass over the centred votes; zero votes give c = 1. `vote_bound`, `(batch,)`,
+    stands in for `max |votes|`. A bound beyond float32's range counts as its
+    largest number, whose c still brings float32 votes under 2^17.
     """
     axes = tuple(range(1, len(votes.shape)))
 
@@ -140,7 +164,11 @@ def _vote_scale(votes, reference):
             ops.max(x, axis=axes, keepdims=True), -ops.min(x, axis=axes, keepdims=True)
         )
 
-    bound = largest(votes) + largest(reference)
+    if vote_bound is None:
+        vote_bound = largest(votes)
+    else:
+        vote_bound = ops.reshape(ops.cast(vote_bound, "float32"), (-1,) + (1,) * len(axes))
+    bound = ops.minimum(vote_bound + largest(reference), _LARGEST_FLOAT32)
     exponent = ops.maximum(ops.ceil(ops.log2(bound)) - _LARGEST_ROUTED, 0.0)
     return ops.power(2.0, exponent)
 

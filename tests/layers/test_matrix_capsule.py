@@ -107,7 +107,31 @@ def test_shapes_and_output_shape():
     assert layer.kernel.shape == (72, 16, 4, 4)  # one W per kernel position and type pair
 
 
-@pytest.mark.parametrize("scale", [0.0, 1e-8, 1e4])
+@pytest.mark.parametrize("scale", [0.0, 1.0, 1e20])
+def test_vote_mean_and_bound_come_from_the_poses_and_kernel(scale):
+    """What the layer hands routing in place of two passes over its votes."""
+    rng = np.random.default_rng(7)
+    poses = (scale * rng.normal(size=(2, 5, 5, 3, 16))).astype("float32")
+    activations = rng.uniform(size=(2, 5, 5, 3)).astype("float32")
+    layer = MatrixCapsule(4, 3, 2)
+    layer.build([poses.shape, activations.shape])
+    child_poses, _ = layer._patches(
+        ops.convert_to_tensor(poses), ops.convert_to_tensor(activations)
+    )
+    child = ops.convert_to_numpy(child_poses).astype("float64")  # (batch, sites, inputs, 4, 4)
+    kernel = ops.convert_to_numpy(layer.kernel).astype("float64")  # (inputs, types, 4, 4)
+    votes = np.einsum("bsikl,ijlm->bsjikm", child, kernel)
+    votes = votes.reshape(votes.shape[:4] + (16,))  # (batch, sites, types, inputs, 16)
+    largest = np.abs(votes).max(axis=(1, 2, 3, 4))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer._vote_reference(child_poses)),
+        votes.mean(axis=3),
+        atol=1e-6 * max(largest.max(), 1.0),
+    )
+    assert np.all(ops.convert_to_numpy(layer._vote_bound(poses)) >= largest)
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-8, 1e4, 1e20])
 def test_finite_values_and_gradients(scale):
     rng = np.random.default_rng(1)
     poses = (scale * rng.normal(size=(1, 5, 5, 2, 16))).astype("float32")

@@ -191,6 +191,36 @@ def test_huge_votes_stay_finite_and_match_a_float64_reference():
         assert np.all(np.isfinite(gradient(routed, huge))), scale
 
 
+@pytest.mark.skipif(BACKEND == "torch", reason="a compiled step: tf.function or jax.jit")
+def test_compiled_routing_of_ordinary_and_huge_votes_matches_eager():
+    """Both ways a compiled step takes: votes routed as they are, or divided first."""
+    votes, activations, beta_v, beta_a = _routing_problem(13, 2, 32, 5)
+    for scale in (1.0, 1e20):
+        huge = (votes.astype("float64") * scale).astype("float32")
+
+        def routed(v, scale=scale):
+            p, a = em_routing(v, activations, beta_v, beta_a, 3)
+            return ops.sum(p) / scale + ops.sum(a)
+
+        if BACKEND == "tensorflow":
+            import tensorflow as tf
+
+            @tf.function
+            def compiled(v):
+                with tf.GradientTape() as tape:
+                    tape.watch(v)
+                    value = routed(v)
+                return value, tape.gradient(value, v)
+
+        else:
+            import jax
+
+            compiled = jax.jit(jax.value_and_grad(routed))
+        value, grad = (ops.convert_to_numpy(x) for x in compiled(ops.convert_to_tensor(huge)))
+        np.testing.assert_allclose(value, ops.convert_to_numpy(routed(huge)), rtol=1e-5)
+        np.testing.assert_allclose(grad, gradient(routed, huge), rtol=1e-4, atol=1e-6)
+
+
 def test_zero_activations_stay_finite():
     votes = np.random.default_rng(3).normal(size=(1, 10, 3, 16)).astype("float32")
     poses, acts = em_routing(votes, np.zeros((1, 10), "float32"), np.zeros(3), np.zeros(3))
