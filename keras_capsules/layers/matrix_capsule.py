@@ -169,17 +169,20 @@ class MatrixCapsule(EMCapsule):
 
         `mean_i pose[b, s, i] @ W[i, j]` as one product that sums over the inputs
         (and the rows of W) as it goes, so routing need not read the votes for it.
-        The poses are divided first, so that no partial sum exceeds the largest vote.
+        The poses enter as they are laid out, against W spread over an identity
+        (`M[i, k, l, k', j, m] = [k = k'] W[i, j, l, m] / inputs`, the size of W
+        times 16), so that no copy of the poses is made. W is divided first, so
+        that no partial sum exceeds the largest vote.
         """
         shape = ops.shape(child_poses)
         batch, sites, num_inputs = shape[0], shape[1], shape[2]
-        kernel = ops.cast(self.kernel, "float32")
-        lhs = ops.reshape(
-            ops.transpose(child_poses / num_inputs, (0, 1, 3, 2, 4)),
-            (batch * sites * 4, num_inputs * 4),
-        )
-        rhs = ops.reshape(ops.transpose(kernel, (0, 2, 1, 3)), (num_inputs * 4, -1))
-        mean = ops.reshape(ops.matmul(lhs, rhs), (batch, sites, 4, self.capsule_types, 4))
+        kernel = ops.cast(self.kernel, "float32") / num_inputs  # (i, j, l, m)
+        kernel = ops.transpose(kernel, (0, 2, 1, 3))  # (i, l, j, m)
+        eye = ops.reshape(ops.eye(4, dtype="float32"), (1, 4, 1, 4, 1, 1))
+        spread = eye * ops.expand_dims(ops.expand_dims(kernel, 1), 3)  # (i, k, l, k', j, m)
+        spread = ops.reshape(spread, (num_inputs * 16, 16 * self.capsule_types))
+        lhs = ops.reshape(child_poses, (batch * sites, num_inputs * 16))
+        mean = ops.reshape(ops.matmul(lhs, spread), (batch, sites, 4, self.capsule_types, 4))
         return ops.reshape(
             ops.transpose(mean, (0, 1, 3, 2, 4)), (batch, sites, self.capsule_types, 16)
         )
@@ -190,7 +193,7 @@ class MatrixCapsule(EMCapsule):
         Each entry of `pose @ W` sums four products: at most 4 max|pose| max|W|.
         """
         axes = tuple(range(1, len(poses.shape)))
-        largest_pose = ops.max(ops.abs(poses), axis=axes)
+        largest_pose = ops.maximum(ops.max(poses, axis=axes), -ops.min(poses, axis=axes))
         return 4.0 * largest_pose * ops.max(ops.abs(ops.cast(self.kernel, "float32")))
 
     def call(self, inputs, return_responsibilities=False):
