@@ -8,6 +8,7 @@ from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._em_capsule import EMCapsule
 from keras_capsules.routing import _positions
+from keras_capsules.routing._em_route import largest_magnitude
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -192,9 +193,8 @@ class MatrixCapsule(EMCapsule):
 
         Each entry of `pose @ W` sums four products: at most 4 max|pose| max|W|.
         """
-        axes = tuple(range(1, len(poses.shape)))
-        largest_pose = ops.maximum(ops.max(poses, axis=axes), -ops.min(poses, axis=axes))
-        return 4.0 * largest_pose * ops.max(ops.abs(ops.cast(self.kernel, "float32")))
+        largest_weight = ops.max(ops.abs(ops.cast(self.kernel, "float32")))
+        return 4.0 * largest_magnitude(poses) * largest_weight
 
     def call(self, inputs, return_responsibilities=False):
         poses, activations = (ops.cast(x, "float32") for x in inputs)

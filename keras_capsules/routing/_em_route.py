@@ -149,6 +149,12 @@ _LARGEST_ROUTED = 16
 """Votes are routed as they are up to 2^16 from their mean, scaled down beyond."""
 
 
+def largest_magnitude(x):
+    """Per example, the largest `|x|`, `(batch,)`: two reductions, no copy of `x`."""
+    axes = tuple(range(1, len(x.shape)))
+    return ops.maximum(ops.max(x, axis=axes), -ops.min(x, axis=axes))
+
+
 def _vote_scale(votes, reference, vote_bound=None):
     """Per example, the power of two c >= 1 that brings `|votes - reference|` under 2^16.
 
@@ -157,20 +163,12 @@ def _vote_scale(votes, reference, vote_bound=None):
     stands in for `max |votes|`. A bound beyond float32's range counts as its
     largest number, whose c still brings float32 votes under 2^17.
     """
-    axes = tuple(range(1, len(votes.shape)))
-
-    def largest(x):
-        return ops.maximum(
-            ops.max(x, axis=axes, keepdims=True), -ops.min(x, axis=axes, keepdims=True)
-        )
-
     if vote_bound is None:
-        vote_bound = largest(votes)
-    else:
-        vote_bound = ops.reshape(ops.cast(vote_bound, "float32"), (-1,) + (1,) * len(axes))
-    bound = ops.minimum(vote_bound + largest(reference), _LARGEST_FLOAT32)
+        vote_bound = largest_magnitude(votes)
+    vote_bound = ops.cast(vote_bound, "float32")
+    bound = ops.minimum(vote_bound + largest_magnitude(reference), _LARGEST_FLOAT32)
     exponent = ops.maximum(ops.ceil(ops.log2(bound)) - _LARGEST_ROUTED, 0.0)
-    return ops.power(2.0, exponent)
+    return ops.reshape(ops.power(2.0, exponent), (-1,) + (1,) * (len(votes.shape) - 1))
 
 
 def _em_iterations(
