@@ -4,19 +4,23 @@ from applications._preset import list_presets
 from applications.backbone_capsnet import BackboneCapsNet
 from applications.backbone_cnn import BackboneCNN
 from applications.baseline_cnn import BaselineCNN
+from applications.capsnet import CapsNet
 from applications.capsnet_mnist import CapsNetMNIST
 from applications.capsnet_multimnist import CapsNetMultiMNIST
 from applications.capsnet_multimnist import MultiMNISTAccuracy
 from applications.efficient_capsnet import EfficientCapsNet
+from applications.matrix_capsnet import MatrixCapsNet
 from applications.matrix_capsnet_norb import MatrixCapsNetNORB
 
 __all__ = [
     "BackboneCapsNet",
     "BackboneCNN",
     "BaselineCNN",
+    "CapsNet",
     "CapsNetMNIST",
     "CapsNetMultiMNIST",
     "EfficientCapsNet",
+    "MatrixCapsNet",
     "MatrixCapsNetNORB",
     "MultiMNISTAccuracy",
     "list_presets",

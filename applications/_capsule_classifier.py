@@ -13,6 +13,7 @@ from applications._losses import batch_mean
 from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
+from applications._transfer import BackboneView
 from keras_capsules.layers import Length
 from keras_capsules.layers import Mask
 from keras_capsules.layers import ReconstructionDecoder
@@ -21,6 +22,7 @@ from keras_capsules.losses import ReconstructionLoss
 
 
 class CapsuleClassifier(
+    BackboneView,
     PresetMixin,
     PortableCompile,
     PortableExport,
@@ -32,9 +34,11 @@ class CapsuleClassifier(
 
     A subclass builds its graph from `images` to the class capsules `poses`
     `(batch, num_classes, capsule_dim)` and hands both to `__init__`, with its
-    own config entries (which must hold `input_shape`, `num_classes` and
-    `capsule_dim`) and the arguments every such model takes (`rescale`, the
-    decoder, the default compile's learning rate schedule, the policy). This
+    own config entries (which must hold `input_shape`, `num_classes`,
+    `class_names` and `capsule_dim`) and the arguments every such model takes
+    (`rescale`, the decoder, the default compile's learning rate schedule, the
+    policy). A subclass whose layers up to `BACKBONE_OUTPUT` are its feature
+    extractor gets them as `backbone` (`BackboneView`). This
     class adds the class scores as `"probabilities"` (the capsule lengths, or
     the subclass's own `scores` in [0, 1] for capsules whose length is no
     probability), the reconstruction decoder fed the true label's capsule,
@@ -78,6 +82,7 @@ class CapsuleClassifier(
         self.dtype_policy = policy
         self._config = {
             **config,
+            "class_names": None if config["class_names"] is None else list(config["class_names"]),
             "decoder_units": None if decoder_units is None else tuple(decoder_units),
             "reconstruction_weight": reconstruction_weight,
             "learning_rate": learning_rate,
@@ -89,6 +94,7 @@ class CapsuleClassifier(
         self.image_shape = config["input_shape"]
         self.rescale = rescale
         self.num_classes = config["num_classes"]
+        self.class_names = config["class_names"]
         self.mask = Mask(name="mask")
         self.decoder = None
         if decoder_units is not None:

@@ -16,6 +16,7 @@ import warnings
 import keras
 import numpy as np
 
+from applications._transfer import transfer_weights
 from keras_capsules._atomic import write_json
 from keras_capsules._optional import require
 
@@ -162,12 +163,37 @@ def load_preset(cls, preset, **kwargs):
             f"The preset {preset!r} holds a {stored_name}, not a {cls.__name__}: load it with "
             f"applications.{stored_name}.from_preset({preset!r})."
         )
-    model = stored.from_config({**config["config"], **kwargs})
+    stored_config = config["config"]
+    if not any(key in kwargs for key in _RESHAPING):
+        model = stored.from_config({**stored_config, **kwargs})
+        _load_weights(model, weights)
+        return model
+    # Classes given by one of the two: the preset's value of the other described its own.
+    if "num_classes" in kwargs and "class_names" not in kwargs:
+        stored_config = {**stored_config, "class_names": None}
+    if "class_names" in kwargs and "num_classes" not in kwargs:
+        stored_config = {**stored_config, "num_classes": None}
+    model = stored.from_config({**stored_config, **kwargs})
+    own = config["config"]
+    new_classes = model.num_classes != own.get("num_classes") or (
+        "class_names" in kwargs
+        and list(model.class_names or []) != list(own.get("class_names") or [])
+    )
+    source = stored.from_config({**config["config"], "compile": False})
+    _load_weights(source, weights)
+    model.preset_layers = tuple(transfer_weights(source, model, new_head=new_classes))
+    return model
+
+
+_RESHAPING = ("num_classes", "class_names", "input_shape")
+"""`from_preset` arguments that start a model of other sizes or classes from the preset's layers."""
+
+
+def _load_weights(model, weights):
     with warnings.catch_warnings():
         # A preset holds no optimizer state (a compiled model's optimizer is new).
         warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
         model.load_weights(weights)
-    return model
 
 
 def _copy_weights(source, target, float16=False):
@@ -268,7 +294,15 @@ class PresetMixin:
                 `pip install "keras-capsules[kaggle]"`), downloaded by
                 huggingface_hub's or kagglehub's own client.
             **kwargs: constructor arguments that replace the preset's config,
-                e.g. `compile=False` or `dtype="mixed_bfloat16"`.
+                e.g. `compile=False` or `dtype="mixed_bfloat16"`. With
+                `num_classes` or `class_names` for other classes, or
+                `input_shape` for other images, the model is built anew and
+                takes from the preset every layer that still fits (same
+                name, same weight shapes; a grey first convolution is spread
+                over colour channels); with other classes the class capsules
+                and the decoder start untrained. `model.preset_layers` names
+                the layers taken, and `model.backbone.trainable = False`
+                freezes the feature extractor before `fit`.
 
         Returns:
             The model, of the class the preset was saved from, which must be
@@ -283,6 +317,13 @@ class PresetMixin:
         >>> same = applications.EfficientCapsNet.from_preset(folder)
         >>> model.count_params() == same.count_params()
         True
+
+        For other classes, keeping the trained feature extractor:
+
+        >>> pets = applications.EfficientCapsNet.from_preset(folder, class_names=["cat", "dog"])
+        >>> pets.preset_layers[:2]
+        ('conv1', 'batch_norm1')
+        >>> pets.backbone.trainable = False  # train the class capsules alone
         """
         return load_preset(cls, preset, **kwargs)
 

@@ -6,6 +6,7 @@ from applications._backbone import backbone_input_shape
 from applications._backbone import check_backbone
 from applications._capsule_classifier import CapsuleClassifier
 from applications._capsule_classifier import check_reconstruction_weight
+from applications._classes import resolve_classes
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
@@ -95,7 +96,9 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             known size; its own preprocessing runs after `rescale`. To train
             the head alone, set `backbone.trainable = False` before building
             the model.
-        num_classes: number of class capsules.
+        num_classes: number of class capsules; may be left `None` when
+            `class_names` are given.
+        class_names: the classes' names in label order (see `CapsNet`).
         routing: `"dynamic"` (default), `"em"`, `"self_attention"`,
             `"inverted_dot_product"`, or the controls without routing,
             `"uniform"`, `"self_attention_uniform"` and `"random"`.
@@ -176,7 +179,8 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
     def __init__(
         self,
         backbone,
-        num_classes,
+        num_classes=None,
+        class_names=None,
         routing="dynamic",
         input_shape=None,
         primary_capsule_types=32,
@@ -198,6 +202,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         **kwargs,
     ):
         check_backbone(backbone)
+        num_classes, class_names = resolve_classes(num_classes, class_names, default=None)
         check_choice("routing", routing, ROUTINGS)
         input_shape = backbone_input_shape(backbone, input_shape)
         rescale = check_rescale(rescale)
@@ -207,7 +212,6 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         )
         spread_margin = _spread_margin(routing, spread_margin)
         check_positive_ints(
-            num_classes=num_classes,
             primary_capsule_types=primary_capsule_types,
             primary_capsule_dim=primary_capsule_dim,
             primary_kernel_size=primary_kernel_size,
@@ -232,6 +236,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         )
         config = {
             "num_classes": num_classes,
+            "class_names": class_names,
             "routing": routing,
             "input_shape": input_shape,
             "primary_capsule_types": primary_capsule_types,

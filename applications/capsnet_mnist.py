@@ -1,68 +1,35 @@
 import keras
 
-from applications._capsule_classifier import CapsuleClassifier
-from applications._capsule_classifier import check_reconstruction_weight
-from applications._defaults import dtype_policy
-from applications._inputs import PIXELS
-from applications._inputs import check_rescale
-from applications._inputs import rescaled
-from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_positive_ints
-from keras_capsules.layers import CapsuleLayer
-from keras_capsules.layers import PrimaryCapsule
+from applications._classes import DIGITS
+from applications._configuration import fixed_configuration
+from applications.capsnet import CapsNet
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsNetMNIST(CapsuleClassifier):
-    """The CapsNet of Sabour et al. 2017 for MNIST, ready to `fit`.
+class CapsNetMNIST(CapsNet):
+    """The paper's configuration of `CapsNet`: 28x28 grey digits, 10 classes, ready to `fit`.
 
     Conv1 (256 filters 9x9, ReLU) -> PrimaryCaps (32 types x 8D, 9x9 stride 2)
     -> DigitCaps (10 x 16D, dynamic routing) -> capsule lengths, plus the
-    reconstruction decoder (512, 1024, 784). With the defaults it has the
-    paper's 8,215,568 parameters.
+    reconstruction decoder (512, 1024, 784): the paper's 8,215,568
+    parameters. The classes are the digits, named `"0"` to `"9"`. For other
+    images or classes use `CapsNet`, which takes `input_shape`,
+    `num_classes` and `class_names`; every other argument is `CapsNet`'s.
 
     The model takes images with pixel values in [0, 255], as
     `keras_capsules.datasets.mnist.load_data()` returns them (uint8 or float,
-    `(28, 28)` or `(28, 28, 1)`), and multiplies them by `rescale` (1 / 255)
-    itself. For images already scaled to [0, 1] pass `rescale=None`. The
-    first NumPy batch of `fit`, `evaluate` or `predict` whose range cannot be
-    the expected one gives a warning.
-
-    Its outputs are a dict: `"probabilities"` (capsule lengths, one per class)
-    and `"poses"` (the class capsules). `predict` returns the probabilities,
-    `predict_poses` the class capsules and `predict_outputs` both. The loss is the
-    margin loss plus the scaled reconstruction loss, with the decoder fed the
-    capsule of the true label (integer or one-hot `y`), as in the paper;
-    `fit(x, y)` needs no `loss` argument. `reconstruct()` and `decode()` give
-    reconstructions from the longest or from chosen capsules.
+    `(28, 28)` or `(28, 28, 1)`). Its outputs are a dict: `"probabilities"`
+    (capsule lengths, one per class) and `"poses"` (the class capsules).
+    `predict` returns the probabilities, `predict_poses` the class capsules
+    and `predict_outputs` both. The loss is the margin loss plus the scaled
+    reconstruction loss, with the decoder fed the capsule of the true label
+    (integer or one-hot `y`), as in the paper; `fit(x, y)` needs no `loss`
+    argument. `reconstruct()` and `decode()` give reconstructions from the
+    longest or from chosen capsules.
 
     Args:
-        input_shape: shape of one image, `(28, 28, 1)`.
-        num_classes: number of class capsules (10).
-        conv_filters: filters of Conv1 (256).
-        conv_kernel_size: kernel size of Conv1 (9).
-        primary_capsule_types: primary capsule types (32).
-        primary_capsule_dim: dimensions of a primary capsule (8).
-        primary_kernel_size: kernel size of the primary capsule convolution (9).
-        primary_strides: strides of the primary capsule convolution (2).
-        capsule_dim: dimensions of a class capsule (16).
-        iterations: routing iterations (3).
-        stop_gradient: stop gradients through the inner routing iterations
-            (`False`, as the paper).
-        decoder_units: hidden layer sizes of the decoder, `(512, 1024)`; `None`
-            builds no decoder and trains on the margin loss alone.
-        reconstruction_weight: scale of the reconstruction loss (0.0005).
-        learning_rate: initial Adam learning rate of the default compile (1e-3).
-        decay_steps: exponential decay of the learning rate: it is multiplied
-            by `decay_rate` every `decay_steps` steps (2000, as the official
-            code).
-        decay_rate: see `decay_steps` (0.96, as the official code).
-        rescale: the factor the model multiplies its inputs by, `1 / 255` for
-            pixel values in [0, 255]; `None` for inputs already in [0, 1].
-        compile: compile with the defaults above and an accuracy metric.
-        dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
-            the global policy. Routing, lengths and losses run in float32.
-        **kwargs: `keras.Model` arguments such as `name`.
+        **kwargs: `CapsNet`'s arguments but `input_shape`, `num_classes` and
+            `class_names`, e.g. `iterations` or `conv_filters`.
 
     Example:
 
@@ -70,6 +37,8 @@ class CapsNetMNIST(CapsuleClassifier):
     >>> from keras_capsules import datasets
     >>> (x_train, y_train), (x_test, y_test) = datasets.mnist.load_data()
     >>> model = applications.CapsNetMNIST()
+    >>> model.count_params()
+    8215568
     >>> model.fit(x_train, y_train, epochs=1, batch_size=100)  # doctest: +SKIP
     >>> probabilities = model.predict(x_test[:8])  # doctest: +SKIP
 
@@ -78,94 +47,13 @@ class CapsNetMNIST(CapsuleClassifier):
         arXiv:1710.09829.
     """
 
-    def __init__(
-        self,
-        input_shape=(28, 28, 1),
-        num_classes=10,
-        conv_filters=256,
-        conv_kernel_size=9,
-        primary_capsule_types=32,
-        primary_capsule_dim=8,
-        primary_kernel_size=9,
-        primary_strides=2,
-        capsule_dim=16,
-        iterations=3,
-        stop_gradient=False,
-        decoder_units=(512, 1024),
-        reconstruction_weight=0.0005,
-        learning_rate=1e-3,
-        decay_steps=2000,
-        decay_rate=0.96,
-        rescale=PIXELS,
-        compile=True,
-        dtype=None,
-        name="capsnet_mnist",
-        **kwargs,
-    ):
-        input_shape = check_image_shape(input_shape)
-        rescale = check_rescale(rescale)
-        policy = dtype_policy(dtype)
-        check_positive_ints(
-            num_classes=num_classes,
-            conv_filters=conv_filters,
-            primary_capsule_types=primary_capsule_types,
-            primary_capsule_dim=primary_capsule_dim,
-            capsule_dim=capsule_dim,
-            iterations=iterations,
-        )
-        check_reconstruction_weight(reconstruction_weight)
+    CONFIGURATION = {"input_shape": (28, 28, 1), "num_classes": 10, "class_names": DIGITS}
 
-        images = keras.Input(shape=input_shape, name="images")
-        x = rescaled(images, rescale, policy)
-        x = keras.layers.Conv2D(
-            conv_filters,
-            conv_kernel_size,
-            activation="relu",
-            kernel_initializer="he_normal",
-            name="conv1",
-            dtype=policy,
-        )(x)
-        primary = PrimaryCapsule(
-            primary_capsule_types,
-            primary_capsule_dim,
-            primary_kernel_size,
-            strides=primary_strides,
-            name="primary_caps",
-            dtype=policy,
-        )(x)
-        poses = CapsuleLayer(
-            num_classes,
-            capsule_dim,
-            iterations=iterations,
-            stop_gradient=stop_gradient,
-            name="digit_caps",
-            dtype=policy,
-        )(primary)
-        config = {
-            "input_shape": input_shape,
-            "num_classes": num_classes,
-            "conv_filters": conv_filters,
-            "conv_kernel_size": conv_kernel_size,
-            "primary_capsule_types": primary_capsule_types,
-            "primary_capsule_dim": primary_capsule_dim,
-            "primary_kernel_size": primary_kernel_size,
-            "primary_strides": primary_strides,
-            "capsule_dim": capsule_dim,
-            "iterations": iterations,
-            "stop_gradient": stop_gradient,
-        }
-        super().__init__(
-            images,
-            poses,
-            config=config,
-            policy=policy,
-            rescale=rescale,
-            decoder_units=decoder_units,
-            reconstruction_weight=reconstruction_weight,
-            learning_rate=learning_rate,
-            decay_steps=decay_steps,
-            decay_rate=decay_rate,
-            compile=compile,
-            name=name,
-            **kwargs,
-        )
+    def __init__(self, name="capsnet_mnist", **kwargs):
+        super().__init__(**fixed_configuration(self, kwargs, "CapsNet"), name=name)
+
+    def get_config(self):
+        config = super().get_config()
+        for key in self.CONFIGURATION:
+            config.pop(key)
+        return config

@@ -3,7 +3,7 @@ import numpy as np
 from keras import ops
 
 from applications._losses import with_penalties
-from applications.capsnet_mnist import CapsNetMNIST
+from applications.capsnet import CapsNet
 
 
 def _is_integer(x):
@@ -77,10 +77,10 @@ class MultiMNISTAccuracy(keras.metrics.MeanMetricWrapper):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsNetMultiMNIST(CapsNetMNIST):
+class CapsNetMultiMNIST(CapsNet):
     """The CapsNet of Sabour et al. 2017 trained on MultiMNIST (two overlapping digits).
 
-    The architecture of `CapsNetMNIST` (every argument is the same) on 36x36
+    The architecture of `CapsNet` (every argument is the same) on 36x36
     inputs, as the paper: Conv1 gives 28x28x256, PrimaryCaps 10x10x32 = 3,200
     capsules of 8D, DigitCaps 10 x 16D, and the decoder ends in 36 x 36 =
     1,296 sigmoid units. With the defaults it has 11,361,808 parameters (the
@@ -112,14 +112,14 @@ class CapsNetMultiMNIST(CapsNetMNIST):
     `margin_loss` and `reconstruction_loss` (the sum of both digits' terms)
     are reported too.
 
-    **Inference.** `predict` is `CapsNetMNIST.predict` (capsule lengths,
+    **Inference.** `predict` is `CapsNet.predict` (capsule lengths,
     poses, or both); `predict_digits(x)` gives the two longest capsules;
     `reconstruct_pair(x)` decodes each of two capsules on its own.
 
     Args:
         input_shape: shape of one image, `(36, 36, 1)`.
         name: name of the model.
-        **kwargs: every other argument of `CapsNetMNIST` (`conv_filters`,
+        **kwargs: every other argument of `CapsNet` (`conv_filters`,
             `primary_capsule_types`, `iterations`, `decoder_units`,
             `reconstruction_weight`, `learning_rate`, `compile`, `dtype`,
             ...), with the same defaults.

@@ -2,6 +2,7 @@ import keras
 
 from applications._capsule_classifier import CapsuleClassifier
 from applications._capsule_classifier import check_reconstruction_weight
+from applications._classes import resolve_classes
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
@@ -25,23 +26,25 @@ def _int_tuple(name, values, length=None):
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class EfficientCapsNet(CapsuleClassifier):
-    """Efficient-CapsNet (Mazzia et al. 2021) for MNIST, ready to `fit`.
+    """Efficient-CapsNet (Mazzia et al. 2021), for any images and classes, ready to `fit`.
 
     Four convolutions with batch normalisation (32 5x5, 64 3x3, 64 3x3,
     128 3x3 stride 2, ReLU) -> primary capsules from a depthwise convolution
     over the whole feature map (16 capsules of 8D) -> 10 class capsules of 16D
     with self-attention routing -> capsule lengths; both capsule layers use
     the exponential squash. The reconstruction decoder (512, 1024, 784) is
-    fed the capsule of the true label during training, as in `CapsNetMNIST`.
+    fed the capsule of the true label during training, as in `CapsNet`.
     With the defaults the classifier has the paper's 161,824 trainable
     parameters (`count_params()` also counts the 576 moving statistics of
     batch normalisation); the decoder adds 1,411,344.
 
-    Other data: `input_shape` and `num_classes` set the sizes, e.g.
+    The defaults are the paper's MNIST network. Other data: `input_shape`,
+    `num_classes` and `class_names` set the sizes, e.g.
     `EfficientCapsNet(input_shape=(32, 32, 3), num_classes=100)`; the primary
-    convolution always covers the last feature map.
+    convolution always covers the last feature map. The convolutions and the
+    primary capsules are `backbone`.
 
-    Inputs, outputs and loss are those of `CapsNetMNIST`: images with pixel
+    Inputs, outputs and loss are those of `CapsNet`: images with pixel
     values in [0, 255] multiplied by `rescale` (1 / 255) in the model,
     `{"probabilities", "poses"}` outputs (`predict` gives the
     probabilities, `predict_poses` the class capsules), and the margin loss
@@ -49,8 +52,11 @@ class EfficientCapsNet(CapsuleClassifier):
     error (0.0005, the paper's 0.392 times the mean over 784 pixels).
 
     Args:
-        input_shape: shape of one image, `(28, 28, 1)`.
-        num_classes: number of class capsules (10).
+        input_shape: shape of one image, `(height, width, channels)` with 1
+            or 3 channels; `(28, 28, 1)` by default.
+        num_classes: number of class capsules: by default the number of
+            `class_names`, or 10.
+        class_names: the classes' names in label order (see `CapsNet`).
         conv_filters: filters of the four convolutions, `(32, 64, 64, 128)`.
             The last must equal `primary_capsule_types * primary_capsule_dim`.
         conv_kernel_sizes: their kernel sizes, `(5, 3, 3, 3)`.
@@ -92,10 +98,13 @@ class EfficientCapsNet(CapsuleClassifier):
         arXiv:2101.12491.
     """
 
+    BACKBONE_OUTPUT = "primary_caps"
+
     def __init__(
         self,
         input_shape=(28, 28, 1),
-        num_classes=10,
+        num_classes=None,
+        class_names=None,
         conv_filters=(32, 64, 64, 128),
         conv_kernel_sizes=(5, 3, 3, 3),
         conv_strides=(1, 1, 1, 2),
@@ -114,13 +123,13 @@ class EfficientCapsNet(CapsuleClassifier):
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
+        num_classes, class_names = resolve_classes(num_classes, class_names)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         conv_filters = _int_tuple("conv_filters", conv_filters)
         conv_kernel_sizes = _int_tuple("conv_kernel_sizes", conv_kernel_sizes, len(conv_filters))
         conv_strides = _int_tuple("conv_strides", conv_strides, len(conv_filters))
         check_positive_ints(
-            num_classes=num_classes,
             primary_capsule_types=primary_capsule_types,
             primary_capsule_dim=primary_capsule_dim,
             capsule_dim=capsule_dim,
@@ -146,6 +155,7 @@ class EfficientCapsNet(CapsuleClassifier):
         config = {
             "input_shape": input_shape,
             "num_classes": num_classes,
+            "class_names": class_names,
             "conv_filters": conv_filters,
             "conv_kernel_sizes": conv_kernel_sizes,
             "conv_strides": conv_strides,

@@ -1,405 +1,61 @@
 import keras
-from keras import ops
 
-from applications._defaults import PortableCompile
-from applications._defaults import default_optimizer
-from applications._defaults import dtype_policy
-from applications._defaults import steps_per_execution
-from applications._export import PortableExport
-from applications._inputs import InputRangeCheck
-from applications._inputs import check_rescale
-from applications._inputs import rescaled
-from applications._losses import batch_mean
-from applications._losses import with_penalties
-from applications._predictions import CapsulePredictions
-from applications._preset import PresetMixin
-from keras_capsules import routing
-from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_positive_ints
-from keras_capsules._validation import is_int
-from keras_capsules._validation import is_number
-from keras_capsules.layers import ClassMatrixCapsule
-from keras_capsules.layers import MatrixCapsule
-from keras_capsules.layers import PrimaryMatrixCapsule
-from keras_capsules.losses import SpreadLoss
-from keras_capsules.routing._em_settings import EMSettings
+from applications._configuration import fixed_configuration
+from applications.matrix_capsnet import MatrixCapsNet
+from keras_capsules.datasets.smallnorb import CLASS_NAMES
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNetNORB(
-    PresetMixin,
-    PortableCompile,
-    PortableExport,
-    CapsulePredictions,
-    InputRangeCheck,
-    keras.Model,
-):
-    """The matrix capsule network of Hinton, Sabour, Frosst 2018 for smallNORB, ready to `fit`.
+class MatrixCapsNetNORB(MatrixCapsNet):
+    """The paper's configuration of `MatrixCapsNet`: smallNORB's 32x32 stereo pairs, 5 classes.
 
-    ReLU Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types, 1x1) ->
-    ConvCaps1 (C types, 3x3, stride 2) -> ConvCaps2 (D types, 3x3, stride 1)
-    -> class capsules (one per class, coordinate addition), EM routing with
-    `iterations` iterations and a tempered E-step (`tempering`) in every
-    capsule layer; `tempering=1.0` is the paper's E-step. All paddings are valid:
-    a 32x32 input gives 14x14 primary capsules, 6x6 and 4x4 convolutional
-    capsules.
-
-    Parameter counts, with 2 input channels (the stereo pair) and 5 classes:
-    A=B=C=D=32 has 317,194 (Conv1 1,632; PrimaryCaps 17,952 = 32 x (16 + 1)
-    x (32 + 1); each ConvCaps 147,456 matrices + 64 betas; class capsules
-    2,560 + 10), the paper's "about 310K"; A=64, B=8, C=D=16 has 68,754, the
-    paper's "68K". The paper does not list its count exactly; the layers
-    above are its architecture as described.
-
-    Outputs are a dict: `"activations"` (class capsule activations in (0, 1),
-    what the model predicts with) and `"poses"` (`(batch, num_classes, 16)`,
-    flattened 4x4 matrices); `predict` returns the activations,
-    `predict_poses` the poses and `predict_outputs` both. The loss is the
-    spread loss of the activations at the margin `spread_margin`, a number
-    or a schedule of the optimizer's step, which the loss computation reads
-    on every backend (the paper raises it from 0.2 to 0.9);
-    `fit(x, y)` needs no `loss` argument. Weight decay (2e-7, as the paper) is
-    an L2 penalty on every kernel. The margin of the current step is logged
-    as `spread_margin`.
+    Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types) -> ConvCaps1 (C
+    types, 3x3, stride 2) -> ConvCaps2 (D types, 3x3) -> 5 class capsules with
+    coordinate addition, EM routing in every capsule layer. A=B=C=D=32 (the
+    default) has 317,194 parameters, the paper's "about 310K"; A=64, B=8,
+    C=D=16 has 68,754, its "68K". The classes are smallNORB's
+    (`keras_capsules.datasets.smallnorb.CLASS_NAMES`), and the inputs are
+    taken as the smallNORB pipelines give them, standardised (`rescale=None`
+    by default). For other images or classes use `MatrixCapsNet`.
 
     Args:
-        A: the paper's letter for `conv_filters`.
-        B: the paper's letter for `primary_capsule_types`.
-        C: the paper's letter for `conv_caps1_types`.
-        D: the paper's letter for `conv_caps2_types`.
-        iterations: EM iterations of every capsule layer (3).
-        input_shape: shape of one input (32, 32, 2).
-        num_classes: number of class capsules (5).
-        coordinate_addition: add the capsules' positions to the class votes.
-        inverse_temperature: final inverse temperature of EM routing (0.01).
-        variance_epsilon: floor of the routing variances (1e-4).
-        tempering: the exponent `tau` of every layer's E-step,
-            `R ∝ (a p) ** tau` (0.1), or one per E-step; 1 is the paper's
-            E-step. See `keras_capsules.routing.em_routing`.
-        normalization: how ConvCaps1 and ConvCaps2 share a child's `R`:
-            `"types_and_positions"` (default, the paper's text) or
-            `"positions"` (per output type, the authors' code).
-        inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`,
-            see `keras_capsules.routing.inverse_temperatures`.
-        rescale: the factor the model multiplies its inputs by, or `None`
-            (default) for inputs already scaled: smallNORB's pipelines
-            (`keras_capsules.datasets.smallnorb`) standardise every image.
-            `1 / 255` for pixel values in [0, 255], as `CapsNetMNIST` takes
-            them by default. A first NumPy batch outside the expected range
-            warns.
-        weight_decay: L2 factor on every kernel (2e-7); 0 for none.
-        spread_margin: the spread loss's margin: a number in (0, 1] (0.2), or
-            a `keras.optimizers.schedules.LearningRateSchedule` of the
-            optimizer's step, such as the paper's linear rise from 0.2 to 0.9
-            over `steps` steps, `PolynomialDecay(0.2, steps, end_learning_rate=0.9)`.
-            The attribute of the same name may be set before `fit`.
-        learning_rate: initial Adam learning rate of the default compile (3e-3).
-        decay_steps: the learning rate is multiplied by `decay_rate` every
-            `decay_steps` steps (2000).
-        decay_rate: see `decay_steps` (0.96).
-        compile: compile with the defaults above and an accuracy metric.
-        dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
-            the global policy. EM routing and the loss run in float32.
-        conv_filters: Conv1 filters, `A` (32).
-        primary_capsule_types: primary capsule types, `B` (32).
-        conv_caps1_types: ConvCaps1 capsule types, `C` (32).
-        conv_caps2_types: ConvCaps2 capsule types, `D` (32). Each size may be
-            given by its name or its letter, not both.
-        **kwargs: `keras.Model` arguments such as `name`.
+        A, B, C, D: the layers' sizes, as `MatrixCapsNet`'s (32 each).
+        rescale: `None` (default): the inputs come standardised, as the
+            smallNORB pipelines give them.
+        **kwargs: `MatrixCapsNet`'s other arguments but `input_shape`,
+            `num_classes` and `class_names`: the sizes (`A`, `B`, `C`, `D`),
+            the routing's settings, the spread margin, the compile defaults.
 
     Example:
 
     >>> import applications
-    >>> import keras
     >>> model = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16)
     >>> model.count_params()  # the paper's 68K
     68754
-    >>> same = applications.MatrixCapsNetNORB(
-    ...     conv_filters=64, primary_capsule_types=8, conv_caps1_types=16, conv_caps2_types=16
-    ... )
-    >>> same.count_params()
-    68754
-    >>> rise = keras.optimizers.schedules.PolynomialDecay(0.2, 1000, end_learning_rate=0.9)
-    >>> model = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16, spread_margin=rise)
+    >>> model.class_names[:2]
+    ('four-legged animal', 'human figure')
 
     Reference:
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
     """
 
-    SCORES = "activations"
+    CONFIGURATION = {"input_shape": (32, 32, 2), "num_classes": 5, "class_names": CLASS_NAMES}
 
     def __init__(
-        self,
-        A=None,
-        B=None,
-        C=None,
-        D=None,
-        iterations=3,
-        input_shape=(32, 32, 2),
-        num_classes=5,
-        coordinate_addition=True,
-        inverse_temperature=routing.INVERSE_TEMPERATURE,
-        variance_epsilon=routing.VARIANCE_EPSILON,
-        tempering=routing.TEMPERING,
-        normalization="types_and_positions",
-        inverse_temperature_schedule="rescaled",
-        rescale=None,
-        weight_decay=2e-7,
-        spread_margin=0.2,
-        learning_rate=3e-3,
-        decay_steps=2000,
-        decay_rate=0.96,
-        compile=True,
-        dtype=None,
-        name="matrix_capsnet_norb",
-        conv_filters=32,
-        primary_capsule_types=32,
-        conv_caps1_types=32,
-        conv_caps2_types=32,
-        **kwargs,
+        self, A=None, B=None, C=None, D=None, rescale=None, name="matrix_capsnet_norb", **kwargs
     ):
-        A, B, C, D = (
-            _size(letter, letter_value, long, long_value)
-            for letter, letter_value, long, long_value in (
-                ("A", A, "conv_filters", conv_filters),
-                ("B", B, "primary_capsule_types", primary_capsule_types),
-                ("C", C, "conv_caps1_types", conv_caps1_types),
-                ("D", D, "conv_caps2_types", conv_caps2_types),
-            )
-        )
-        input_shape = check_image_shape(input_shape)
-        rescale = check_rescale(rescale)
-        policy = dtype_policy(dtype)
-        check_positive_ints(num_classes=num_classes)
-        if weight_decay < 0:
-            raise ValueError(f"`weight_decay` must be non-negative. Received: {weight_decay!r}")
-        regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
-        routed = EMSettings(
-            iterations=iterations,
-            inverse_temperature=inverse_temperature,
-            variance_epsilon=variance_epsilon,
-            tempering=tempering,
-            inverse_temperature_schedule=inverse_temperature_schedule,
-        ).get_config()
-
-        inputs, outputs = _network(
-            input_shape,
-            (A, B, C, D),
-            num_classes,
-            routed,
-            normalization=normalization,
-            coordinate_addition=coordinate_addition,
-            regularizer=regularizer,
+        super().__init__(
+            A,
+            B,
+            C,
+            D,
+            **fixed_configuration(self, kwargs, "MatrixCapsNet"),
             rescale=rescale,
-            policy=policy,
+            name=name,
         )
-        super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
-        # The model's own policy decides loss scaling in compile (mixed_float16).
-        self.dtype_policy = policy
-        self._config = {
-            "conv_filters": A,
-            "primary_capsule_types": B,
-            "conv_caps1_types": C,
-            "conv_caps2_types": D,
-            **routed,
-            "input_shape": input_shape,
-            "num_classes": num_classes,
-            "coordinate_addition": coordinate_addition,
-            "normalization": normalization,
-            "rescale": rescale,
-            "weight_decay": weight_decay,
-            "learning_rate": learning_rate,
-            "decay_steps": decay_steps,
-            "decay_rate": decay_rate,
-            "dtype": policy.name,
-        }
-        self.num_classes = num_classes
-        self.rescale = rescale
-        self.spread_margin = spread_margin
-        self._optimizer_step = None  # the step a JAX training step is computing
-        self.spread_loss_tracker = keras.metrics.Mean(name="spread_loss")
-        self.spread_margin_tracker = keras.metrics.Mean(name="spread_margin")
-        if compile:
-            self.compile(
-                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
-                steps_per_execution=steps_per_execution(),
-                metrics=["accuracy"],
-            )
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        if y is None:
-            raise ValueError(f"{type(self).__name__} needs labels `y` to compute its loss.")
-        # The loss is scaled for summing across tf.distribute replicas (as Keras
-        # scales it); the tracker reports the batch's plain mean.
-        margin = self.margin_at(self._step())
-        spread = SpreadLoss(margin=margin)
-        activations = y_pred["activations"]
-        loss = spread(y, activations, sample_weight=sample_weight)
-        self.spread_loss_tracker.update_state(batch_mean(spread, y, activations, sample_weight))
-        self.spread_margin_tracker.update_state(margin)
-        return with_penalties(self, loss, x, y, y_pred, sample_weight, training)
-
-    def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        return super().compute_metrics(x, y, y_pred["activations"], sample_weight)
-
-    # The spread margin --------------------------------------------------------
-
-    @property
-    def spread_margin(self):
-        """The spread loss's margin: a number, or a schedule of the optimizer's step."""
-        return self._spread_margin
-
-    @spread_margin.setter
-    def spread_margin(self, margin):
-        self._spread_margin = _checked_margin(margin)
-        # The compiled steps read the margin when they are traced: trace them anew.
-        self.train_function = self.test_function = None
-
-    def margin_at(self, step):
-        """The margin at optimizer step `step`, a float32 scalar tensor."""
-        margin = self._spread_margin
-        if isinstance(margin, keras.optimizers.schedules.LearningRateSchedule):
-            margin = margin(step)
-        return ops.cast(margin, "float32")
-
-    def _step(self):
-        if self._optimizer_step is not None:
-            return self._optimizer_step
-        if self.optimizer is None:
-            return 0
-        return self.optimizer.iterations
-
-    def compute_loss_and_updates(self, *args, optimizer_variables=None, **kwargs):
-        # JAX's training step: the optimizer's variables are arguments of the
-        # compiled step, not readable through `self.optimizer`, so the step the
-        # margin depends on is handed to `compute_loss` here.
-        if optimizer_variables is not None:
-            index = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.iterations))
-            self._optimizer_step = optimizer_variables[index]
-        try:
-            return super().compute_loss_and_updates(
-                *args, optimizer_variables=optimizer_variables, **kwargs
-            )
-        finally:
-            self._optimizer_step = None
 
     def get_config(self):
-        margin = self._spread_margin
-        if not isinstance(margin, float):
-            margin = keras.saving.serialize_keras_object(margin)
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            **self._config,
-            "spread_margin": margin,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("spread_margin"), dict):
-            config["spread_margin"] = keras.saving.deserialize_keras_object(config["spread_margin"])
-        return cls(**config)
-
-
-def _network(
-    input_shape,
-    sizes,
-    num_classes,
-    routed,
-    normalization,
-    coordinate_addition,
-    regularizer,
-    rescale,
-    policy,
-):
-    """The layers, Conv1 to the class capsules: `(inputs, {"activations", "poses"})`."""
-    A, B, C, D = sizes
-    inputs = keras.Input(shape=input_shape, name="images")
-    x = inputs
-    x = rescaled(x, rescale, policy)
-    x = keras.layers.Conv2D(
-        A,
-        5,
-        strides=2,
-        activation="relu",
-        kernel_initializer="he_normal",
-        kernel_regularizer=regularizer,
-        name="conv1",
-        dtype=policy,
-    )(x)
-    capsules = PrimaryMatrixCapsule(
-        B,
-        kernel_initializer="he_normal",
-        kernel_regularizer=regularizer,
-        name="primary_caps",
-        dtype=policy,
-    )(x)
-    capsules = MatrixCapsule(
-        C,
-        3,
-        strides=2,
-        kernel_regularizer=regularizer,
-        normalization=normalization,
-        name="conv_caps1",
-        dtype=policy,
-        **routed,
-    )(capsules)
-    capsules = MatrixCapsule(
-        D,
-        3,
-        strides=1,
-        kernel_regularizer=regularizer,
-        normalization=normalization,
-        name="conv_caps2",
-        dtype=policy,
-        **routed,
-    )(capsules)
-    poses, activations = ClassMatrixCapsule(
-        num_classes,
-        coordinate_addition=coordinate_addition,
-        kernel_regularizer=regularizer,
-        name="class_caps",
-        dtype=policy,
-        **routed,
-    )(capsules)
-    activations = keras.layers.Activation("linear", dtype="float32", name="activations")(
-        activations
-    )
-    return inputs, {"activations": activations, "poses": poses}
-
-
-def _size(letter, letter_value, name, value):
-    """A layer size given by its descriptive name or by the paper's letter, which wins."""
-    if letter_value is not None:
-        if value not in (32, letter_value):  # 32: the name's default, so not given
-            raise ValueError(
-                f"`{name}` and `{letter}` name the same size; give one. "
-                f"Received: {name}={value!r}, {letter}={letter_value!r}"
-            )
-        value = letter_value
-    if not is_int(value) or value < 1:
-        raise ValueError(
-            f"`{name}` (the paper's {letter}) must be a positive integer. "
-            f"Received: {name}={value!r}"
-        )
-    return value
-
-
-def _checked_margin(margin):
-    """`margin` as a float in (0, 1] or a schedule; a `ValueError` naming it otherwise."""
-    if isinstance(margin, keras.optimizers.schedules.LearningRateSchedule):
-        first = float(ops.convert_to_numpy(margin(0)))
-        if not 0 < first <= 1:
-            raise ValueError(
-                "`spread_margin` must stay in (0, 1]; the schedule starts at "
-                f"{first}. Received: spread_margin={margin!r}"
-            )
-        return margin
-    if not is_number(margin) or not 0 < margin <= 1:
-        raise ValueError(
-            "`spread_margin` must be a number in (0, 1] or a "
-            "keras.optimizers.schedules.LearningRateSchedule. "
-            f"Received: spread_margin={margin!r}"
-        )
-    return float(margin)
+        config = super().get_config()
+        for key in self.CONFIGURATION:
+            config.pop(key)
+        return config

@@ -175,7 +175,7 @@ def main(argv=None):
 
     capsnet = capsnet_result = None
     if args.cnn_target is None:
-        capsnet = applications.CapsNetMNIST(
+        capsnet = applications.CapsNet(
             input_shape=(40, 40, 1),
             conv_filters=args.conv_filters,
             primary_capsule_types=args.primary_capsule_types,

@@ -1,6 +1,6 @@
 """Four models, two data sets, one wall-clock budget each: what does this CPU buy?
 
-Trains `CapsNetMNIST`, `EfficientCapsNet`, the EM model (`MatrixCapsNetNORB`
+Trains `CapsNetMNIST`, `EfficientCapsNet`, the EM model (`MatrixCapsNet`
 64/8/16/16 on 28x28 inputs) and `BaselineCNN` on MNIST and on Fashion-MNIST,
 each for `--minutes` of wall-clock time (compilation included) from seed 0,
 with its own default compile and batch size, shuffled, without augmentation,
@@ -51,14 +51,14 @@ def build(name, num_classes=10):
     import applications
 
     if name == "capsnet_mnist":
-        return applications.CapsNetMNIST(num_classes=num_classes)
+        return applications.CapsNet(num_classes=num_classes)
     if name == "efficient_capsnet":
         return applications.EfficientCapsNet(num_classes=num_classes)
     if name == "baseline_cnn":
         return applications.BaselineCNN(num_classes=num_classes)
     # The EM experiments' model and schedule: the margin rises from 0.2 to 0.9
     # over the first 600 steps (about what 3 minutes hold at batch 32).
-    return applications.MatrixCapsNetNORB(
+    return applications.MatrixCapsNet(
         A=64,
         B=8,
         C=16,

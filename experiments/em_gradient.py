@@ -1,6 +1,6 @@
 """Why the paper's E-step stalls learning at 3 iterations: the gradient at Conv1.
 
-Builds the 64/8/16/16 `MatrixCapsNetNORB` for MNIST (seed `--seed`), and for
+Builds the 64/8/16/16 `MatrixCapsNet` for MNIST (seed `--seed`), and for
 each setting (iterations, E-step exponent `tempering`) computes, at
 initialisation, the gradient of the spread loss (margin 0.2) with respect to
 Conv1's kernel on `--pairs` pairs of disjoint batches of 32 real training
@@ -35,7 +35,7 @@ def conv1_gradients(iterations, tempering, batches, seed, stop_responsibilities=
     from keras_capsules.losses import SpreadLoss
 
     keras.utils.set_random_seed(seed)
-    model = applications.MatrixCapsNetNORB(
+    model = applications.MatrixCapsNet(
         A=64,
         B=8,
         C=16,

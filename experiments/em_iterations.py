@@ -1,6 +1,6 @@
 """How fast does an EM model learn real MNIST, and with which E-step?
 
-Trains `applications.MatrixCapsNetNORB` on the 60,000 MNIST training images
+Trains `applications.MatrixCapsNet` on the 60,000 MNIST training images
 (batches of 32, shuffled with `--seed`, no augmentation) for `--steps` steps
 with the model's default compile (Adam with its decaying learning rate) and
 the spread margin rising from 0.2 to 0.9 over the run, and evaluates it on the
@@ -73,7 +73,7 @@ def main(argv=None):
     keras.utils.set_random_seed(args.seed)
     (x_train, y_train), (x_test, y_test) = mnist.load_data()
     x_test, y_test = x_test[: args.test_size, ..., None], y_test[: args.test_size]
-    model = applications.MatrixCapsNetNORB(
+    model = applications.MatrixCapsNet(
         **MODELS[args.model],
         iterations=args.iterations,
         input_shape=(28, 28, 1),

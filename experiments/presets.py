@@ -54,7 +54,7 @@ _EFFICIENT = {
 }
 RECIPES = {
     "capsnet_mnist": {
-        "model": "CapsNetMNIST",
+        "model": "CapsNet",
         "data": "mnist",
         "batch_size": 100,
         "epochs": 15,
@@ -78,7 +78,7 @@ RECIPES = {
         description="Efficient-CapsNet, self-attention routing",
     ),
     "em_capsnet_mnist": {
-        "model": "MatrixCapsNetNORB",
+        "model": "MatrixCapsNet",
         "data": "mnist",
         "batch_size": 32,
         "epochs": 10,
@@ -154,7 +154,11 @@ def _build(recipe, steps_per_epoch):
 
     import applications
 
+    from keras_capsules import datasets
+
     arguments = dict(recipe["arguments"])
+    data = getattr(datasets, recipe["data"])
+    arguments["class_names"] = getattr(data, "CLASS_NAMES", [str(d) for d in range(10)])
     if "input_shape" in arguments:
         arguments["input_shape"] = tuple(arguments["input_shape"])
     if recipe.get("decay_every_epoch"):

@@ -63,7 +63,7 @@ SCRIPT = textwrap.dedent(
         except ImportError as error:
             report["pipeline_error"] = str(error)
     else:
-        model = applications.MatrixCapsNetNORB(
+        model = applications.MatrixCapsNet(
             A=4, B=2, C=2, D=2, iterations=2, input_shape=(28, 28, 1), num_classes=10,
             rescale=1 / 255,
         )

@@ -22,7 +22,7 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
     a model with a `spread_margin` variable follows the schedule; the callback
     raises a `ValueError` otherwise.
 
-    `applications.MatrixCapsNetNORB` computes its margin from the optimizer's
+    `applications.MatrixCapsNet` computes its margin from the optimizer's
     step itself, in the compiled step on every backend. For it, this callback
     only saves computing the number of steps: at the start of `fit` it sets
     the model's `spread_margin` to the schedule above,
@@ -107,7 +107,7 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
             raise ValueError(
                 "On the JAX backend SpreadMarginSchedule can only update a model's own "
                 "`spread_margin` variable (a SpreadLoss margin is a constant of the compiled "
-                "step). Use applications.MatrixCapsNetNORB or give the model such a variable."
+                "step). Use applications.MatrixCapsNet or give the model such a variable."
             )
         for loss in spread:
             if not isinstance(loss.margin, keras.Variable):

@@ -167,7 +167,7 @@ def training_pipeline(x, y, batch_size=100, canvas_size=CANVAS_SIZE, shuffle=Tru
     `canvas_size` canvas (as `expand()`), drawn anew for every batch of every
     epoch; with `seed`, the sequence of epochs is the same on every run.
     Images come out as float32 `(batch, 40, 40, 1)` in [0, 255], what
-    `applications.CapsNetMNIST(input_shape=(40, 40, 1))` and
+    `applications.CapsNet(input_shape=(40, 40, 1))` and
     `applications.BaselineCNN(input_shape=(40, 40, 1))` take.
 
     Args:

@@ -77,7 +77,7 @@ def tempering_schedule(tempering, iterations):
 class EMSettings:
     """EM routing's settings as one value, checked once when it is made.
 
-    The matrix capsule layers, `em_routing` and `applications.MatrixCapsNetNORB`
+    The matrix capsule layers, `em_routing` and `applications.MatrixCapsNet`
     take these five as keyword arguments and hold them as one `EMSettings`;
     the routing iterations read them from it. A bad value is a `ValueError`
     naming its argument.

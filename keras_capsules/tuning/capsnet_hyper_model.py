@@ -4,9 +4,9 @@ from keras_capsules.tuning._base import CapsuleHyperModel
 
 
 class CapsNetHyperModel(CapsuleHyperModel):
-    """A keras-tuner hypermodel of the dynamic-routing CapsNet (`applications.CapsNetMNIST`).
+    """A keras-tuner hypermodel of the dynamic-routing CapsNet (`applications.CapsNet`).
 
-    `build(hp)` returns a compiled `applications.CapsNetMNIST` (Conv1 ->
+    `build(hp)` returns a compiled `applications.CapsNet` (Conv1 ->
     PrimaryCaps -> class capsules with dynamic routing, and the
     reconstruction decoder) whose sizes, routing and training settings are
     drawn from the search space below; `fit(hp, model, x, y, ...)` trains it
@@ -136,11 +136,11 @@ class CapsNetHyperModel(CapsuleHyperModel):
         return values
 
     def build(self, hp):
-        """Build a compiled `applications.CapsNetMNIST` from the hyperparameters `hp`."""
+        """Build a compiled `applications.CapsNet` from the hyperparameters `hp`."""
         import applications
 
         values = self._values(hp)
-        return applications.CapsNetMNIST(
+        return applications.CapsNet(
             input_shape=self.input_shape,
             num_classes=self.num_classes,
             conv_kernel_size=self.conv_kernel_size,

@@ -11,7 +11,7 @@ from keras_capsules.tuning._base import CapsuleHyperModel
 class MatrixCapsNetHyperModel(CapsuleHyperModel):
     """A keras-tuner hypermodel of the matrix capsule network with EM routing.
 
-    `build(hp)` returns a compiled `applications.MatrixCapsNetNORB` (ReLU
+    `build(hp)` returns a compiled `applications.MatrixCapsNet` (ReLU
     Conv1 with A filters -> B primary capsule types -> ConvCaps1 with C types
     -> ConvCaps2 with D types -> class capsules, EM routing) drawn from the
     search space below. `fit(hp, model, x, y, ...)` trains it with
@@ -157,10 +157,10 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         return values
 
     def build(self, hp):
-        """Build a compiled `applications.MatrixCapsNetNORB` from the hyperparameters `hp`."""
+        """Build a compiled `applications.MatrixCapsNet` from the hyperparameters `hp`."""
         import applications
 
-        return applications.MatrixCapsNetNORB(
+        return applications.MatrixCapsNet(
             input_shape=self.input_shape,
             num_classes=self.num_classes,
             coordinate_addition=self.coordinate_addition,

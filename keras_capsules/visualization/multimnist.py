@@ -33,7 +33,7 @@ def multimnist_reconstructions(model, x, labels=None, path=None, cell_inches=1.0
 
     Args:
         model: a capsule network with a decoder trained on MultiMNIST, e.g.
-            `applications.CapsNetMNIST(input_shape=(36, 36, 1))`.
+            `applications.CapsNet(input_shape=(36, 36, 1))`.
         x: images `(n,) + model.image_shape` (or `(n, height, width)`) in
             [0, 255], e.g. `multimnist.test_set(...)["images"]`.
         labels: the two classes of each example, `(n, 2)` indices (such as
@@ -52,7 +52,7 @@ def multimnist_reconstructions(model, x, labels=None, path=None, cell_inches=1.0
     >>> import applications
     >>> from keras_capsules.datasets import multimnist
     >>> from keras_capsules.visualization import multimnist_reconstructions
-    >>> model = applications.CapsNetMNIST(input_shape=(36, 36, 1))  # trained on MultiMNIST
+    >>> model = applications.CapsNet(input_shape=(36, 36, 1))  # trained on MultiMNIST
     >>> test = multimnist.test_set(x_test, y_test)  # doctest: +SKIP
     >>> images, labels = test["images"], test["labels"]  # doctest: +SKIP
     >>> figure = multimnist_reconstructions(

@@ -15,9 +15,9 @@ from applications import _preset
 from keras_capsules.datasets import mnist
 
 SMALL_MODELS = {
-    "CapsNetMNIST": dict(conv_filters=16, primary_capsule_types=4, decoder_units=(32,)),
+    "CapsNet": dict(conv_filters=16, primary_capsule_types=4, decoder_units=(32,)),
     "EfficientCapsNet": dict(conv_filters=(8, 8, 8, 32), primary_capsule_types=4),
-    "MatrixCapsNetNORB": dict(
+    "MatrixCapsNet": dict(
         A=8, B=2, C=3, D=2, iterations=1, input_shape=(28, 28, 1), num_classes=10
     ),
 }
@@ -29,7 +29,7 @@ def _images(n=4):
     return x_test[:n, ..., None].astype("float32")
 
 
-def _saved(tmp_path, name="CapsNetMNIST", **kwargs):
+def _saved(tmp_path, name="CapsNet", **kwargs):
     model = getattr(applications, name)(**SMALL_MODELS[name])
     folder = model.save_to_preset(str(tmp_path / name), metadata={"note": "test"}, **kwargs)
     return model, folder
@@ -62,7 +62,7 @@ def test_save_to_preset_round_trip(tmp_path, name):
 def test_a_trained_models_preset_holds_no_optimizer_state_and_loads_silently(tmp_path):
     import warnings
 
-    model = applications.CapsNetMNIST(**SMALL_MODELS["CapsNetMNIST"])
+    model = applications.CapsNet(**SMALL_MODELS["CapsNet"])
     x = _images(8)
     model.fit(x, np.arange(8) % 10, epochs=1, verbose=0)  # Adam's moments exist now
     folder = model.save_to_preset(str(tmp_path / "trained"))
@@ -70,13 +70,13 @@ def test_a_trained_models_preset_holds_no_optimizer_state_and_loads_silently(tmp
     assert os.path.getsize(os.path.join(folder, "model.weights.h5")) < 4 * parameters * 1.2
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        loaded = applications.CapsNetMNIST.from_preset(folder)
+        loaded = applications.CapsNet.from_preset(folder)
     np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
 
 
 def test_from_preset_of_a_base_class_and_kwargs(tmp_path):
-    _, folder = _saved(tmp_path, "CapsNetMNIST")
-    model = applications.CapsNetMNIST.from_preset(folder, compile=False, name="renamed")
+    _, folder = _saved(tmp_path, "CapsNet")
+    model = applications.CapsNet.from_preset(folder, compile=False, name="renamed")
     assert model.name == "renamed" and not model.compiled
 
 
@@ -90,7 +90,7 @@ def test_float16_storage_halves_the_file_and_loads_as_float32(tmp_path):
         dtypes = set()
         f.visititems(lambda _, item: dtypes.add(item.dtype) if hasattr(item, "dtype") else None)
     assert np.dtype("float16") in dtypes and np.dtype("float32") not in dtypes
-    loaded = applications.CapsNetMNIST.from_preset(half)
+    loaded = applications.CapsNet.from_preset(half)
     for saved, restored in zip(model.weights, loaded.weights):
         assert restored.dtype == "float32"
         expected = keras.ops.convert_to_numpy(saved).astype("float16").astype("float32")
@@ -112,7 +112,7 @@ def test_an_altered_weights_file_is_refused_by_name(tmp_path, damage):
         else:
             f.truncate(os.path.getsize(weights) - 100)
     with pytest.raises(ValueError, match="model.weights.h5 is not the file") as error:
-        applications.CapsNetMNIST.from_preset(folder)
+        applications.CapsNet.from_preset(folder)
     assert weights in str(error.value)
 
 
@@ -125,26 +125,26 @@ def test_missing_files_and_checksum_are_named(tmp_path):
     with open(metadata_path, "w") as f:
         json.dump(metadata, f)
     with pytest.raises(ValueError, match="records no weights_sha256"):
-        applications.CapsNetMNIST.from_preset(folder)
+        applications.CapsNet.from_preset(folder)
     os.remove(metadata_path)
     with pytest.raises(ValueError, match="no metadata.json"):
-        applications.CapsNetMNIST.from_preset(folder)
+        applications.CapsNet.from_preset(folder)
 
 
 def test_a_preset_of_another_class_is_refused(tmp_path):
     _, folder = _saved(tmp_path, "EfficientCapsNet")
-    with pytest.raises(ValueError, match=r"holds a EfficientCapsNet, not a CapsNetMNIST"):
-        applications.CapsNetMNIST.from_preset(folder)
+    with pytest.raises(ValueError, match=r"holds a EfficientCapsNet, not a CapsNet"):
+        applications.CapsNet.from_preset(folder)
 
 
 @pytest.mark.parametrize("preset", ["no_such_preset", "s3://bucket/model", 3])
 def test_unknown_presets_are_refused(preset):
     with pytest.raises(ValueError, match="preset"):
-        applications.CapsNetMNIST.from_preset(preset)
+        applications.CapsNet.from_preset(preset)
 
 
 def test_bad_save_arguments(tmp_path):
-    model = applications.CapsNetMNIST(**SMALL_MODELS["CapsNetMNIST"], compile=False)
+    model = applications.CapsNet(**SMALL_MODELS["CapsNet"], compile=False)
     with pytest.raises(ValueError, match="weights_dtype"):
         model.save_to_preset(str(tmp_path), weights_dtype="int8")
     with pytest.raises(ValueError, match="metadata"):
@@ -161,7 +161,7 @@ def test_bad_save_arguments(tmp_path):
 def test_hub_handles_name_the_extra_to_install(monkeypatch, handle, module, extra):
     monkeypatch.setitem(sys.modules, module, None)  # importing it fails
     with pytest.raises(ImportError, match=rf'pip install "keras-capsules\[{extra}\]"'):
-        applications.CapsNetMNIST.from_preset(handle)
+        applications.CapsNet.from_preset(handle)
 
 
 @pytest.mark.parametrize(
@@ -184,8 +184,8 @@ def test_hub_handles_go_through_the_hubs_own_client(
     client = type(sys)(module)
     setattr(client, function, download)
     monkeypatch.setitem(sys.modules, module, client)
-    model = applications.CapsNetMNIST.from_preset(handle)
-    assert asked == [expected] and isinstance(model, applications.CapsNetMNIST)
+    model = applications.CapsNet.from_preset(handle)
+    assert asked == [expected] and isinstance(model, applications.CapsNet)
 
 
 def test_list_presets_describes_each_shipped_folder():
@@ -279,7 +279,7 @@ def test_copy_of_a_shipped_preset_with_one_byte_altered_is_refused(tmp_path):
         cls = getattr(applications, preset["model"])
     else:
         _, source = _saved(tmp_path / "source")
-        cls = applications.CapsNetMNIST
+        cls = applications.CapsNet
     folder = shutil.copytree(source, tmp_path / "copy")
     weights = os.path.join(folder, "model.weights.h5")
     with open(weights, "r+b") as f:

@@ -13,7 +13,7 @@ def tiny_model():
     # One EM iteration: the margin is a matter of the loss, not of routing, and each
     # test compiles the training step anew once or twice (on JAX, 5 s less each).
     # One step per call, so that the callbacks see every step.
-    model = applications.MatrixCapsNetNORB(
+    model = applications.MatrixCapsNet(
         A=8, B=2, C=2, D=2, iterations=1, input_shape=(20, 20, 1), num_classes=3
     )
     return compile_again(model, steps_per_execution=1)

@@ -52,7 +52,7 @@ def test_search_space_ranges():
 
 def test_defaults_are_the_papers_settings():
     defaults = CapsNetHyperModel().search_space().values
-    signature = inspect.signature(applications.CapsNetMNIST).parameters
+    signature = inspect.signature(applications.CapsNet).parameters
     for name, value in defaults.items():
         if name != "max_shift":
             assert value == signature[name].default, name

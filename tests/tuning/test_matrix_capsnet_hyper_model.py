@@ -44,7 +44,7 @@ def test_search_space_ranges():
 
 def test_defaults_are_the_papers_settings():
     defaults = MatrixCapsNetHyperModel().search_space().values
-    signature = inspect.signature(applications.MatrixCapsNetNORB).parameters
+    signature = inspect.signature(applications.MatrixCapsNet).parameters
     for name in ("iterations", "A", "B", "C", "D", "learning_rate", "decay_rate", "tempering"):
         assert defaults[name] == signature[ARGUMENT.get(name, name)].default, name
     assert defaults["inverse_temperature"] == routing.INVERSE_TEMPERATURE

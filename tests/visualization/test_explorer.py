@@ -194,7 +194,7 @@ def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data, chr
     pytest.importorskip("gradio")
     driver = chromium
     _, (x_test, _) = mnist_data
-    model = applications.CapsNetMNIST.from_preset("capsnet_mnist")
+    model = applications.CapsNet.from_preset("capsnet_mnist")
     port = free_port()
     log = open(tmp_path / "explore.log", "w")
     process = subprocess.Popen(

@@ -21,7 +21,7 @@ matplotlib_image = pytest.importorskip("matplotlib.image")
 
 def tiny(input_shape=(28, 28, 1), decoder_units=(32,)):
     keras.utils.set_random_seed(0)
-    return applications.CapsNetMNIST(
+    return applications.CapsNet(
         input_shape=input_shape,
         conv_filters=16,
         primary_capsule_types=4,

@@ -1,0 +1,188 @@
+import keras
+
+from applications._capsule_classifier import CapsuleClassifier
+from applications._capsule_classifier import check_reconstruction_weight
+from applications._classes import resolve_classes
+from applications._defaults import dtype_policy
+from applications._inputs import PIXELS
+from applications._inputs import check_rescale
+from applications._inputs import rescaled
+from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_positive_ints
+from keras_capsules.layers import CapsuleLayer
+from keras_capsules.layers import PrimaryCapsule
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class CapsNet(CapsuleClassifier):
+    """The CapsNet of Sabour et al. 2017 (dynamic routing), for any images and classes.
+
+    Conv1 (256 filters 9x9, ReLU) -> PrimaryCaps (32 types x 8D, 9x9 stride 2)
+    -> class capsules (`num_classes` x 16D, dynamic routing) -> capsule
+    lengths, plus the reconstruction decoder (512, 1024, then one output per
+    pixel and channel of `input_shape`). On 28x28 grey images with 10 classes
+    it is the paper's network, 8,215,568 parameters (`CapsNetMNIST`). Conv1
+    and PrimaryCaps are `backbone`.
+
+    The model takes images with pixel values in [0, 255], grey or colour, as
+    `keras.utils.image_dataset_from_directory` and
+    `keras_capsules.datasets.mnist.load_data()` give them (uint8 or float;
+    grey images as `(h, w)` or `(h, w, 1)`), and multiplies them by `rescale`
+    (1 / 255) itself. For images already scaled to [0, 1] pass
+    `rescale=None`. The first NumPy batch of `fit`, `evaluate` or `predict`
+    whose range cannot be the expected one gives a warning.
+
+    Its outputs are a dict: `"probabilities"` (capsule lengths, one per class)
+    and `"poses"` (the class capsules). `predict` returns the probabilities,
+    `predict_poses` the class capsules and `predict_outputs` both. The loss is the
+    margin loss plus the scaled reconstruction loss, with the decoder fed the
+    capsule of the true label (integer or one-hot `y`), as in the paper;
+    `fit(x, y)` needs no `loss` argument. `reconstruct()` and `decode()` give
+    reconstructions from the longest or from chosen capsules.
+
+    Args:
+        input_shape: shape of one image, `(height, width, channels)` with 1
+            or 3 channels; `(28, 28, 1)` by default.
+        num_classes: number of class capsules: by default the number of
+            `class_names`, or 10.
+        class_names: the classes' names in label order, e.g. the folder
+            names `image_dataset_from_directory` found; saved with the model
+            and used by `keras-capsules evaluate`, the server and the figures.
+        conv_filters: filters of Conv1 (256).
+        conv_kernel_size: kernel size of Conv1 (9).
+        primary_capsule_types: primary capsule types (32).
+        primary_capsule_dim: dimensions of a primary capsule (8).
+        primary_kernel_size: kernel size of the primary capsule convolution (9).
+        primary_strides: strides of the primary capsule convolution (2).
+        capsule_dim: dimensions of a class capsule (16).
+        iterations: routing iterations (3).
+        stop_gradient: stop gradients through the inner routing iterations
+            (`False`, as the paper).
+        decoder_units: hidden layer sizes of the decoder, `(512, 1024)`; `None`
+            builds no decoder and trains on the margin loss alone.
+        reconstruction_weight: scale of the reconstruction loss (0.0005).
+        learning_rate: initial Adam learning rate of the default compile (1e-3).
+        decay_steps: exponential decay of the learning rate: it is multiplied
+            by `decay_rate` every `decay_steps` steps (2000, as the official
+            code).
+        decay_rate: see `decay_steps` (0.96, as the official code).
+        rescale: the factor the model multiplies its inputs by, `1 / 255` for
+            pixel values in [0, 255]; `None` for inputs already in [0, 1].
+        compile: compile with the defaults above and an accuracy metric.
+        dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
+            the global policy. Routing, lengths and losses run in float32.
+        **kwargs: `keras.Model` arguments such as `name`.
+
+    Example:
+
+    >>> import applications
+    >>> import numpy as np
+    >>> model = applications.CapsNet(input_shape=(32, 32, 3), class_names=["cat", "dog"])
+    >>> images = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3))
+    >>> model.predict(images, verbose=0).shape
+    (4, 2)
+    >>> model.reconstruct(images).shape
+    (4, 32, 32, 3)
+    >>> model.class_names
+    ('cat', 'dog')
+
+    Reference:
+        Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
+        arXiv:1710.09829.
+    """
+
+    BACKBONE_OUTPUT = "primary_caps"
+
+    def __init__(
+        self,
+        input_shape=(28, 28, 1),
+        num_classes=None,
+        class_names=None,
+        conv_filters=256,
+        conv_kernel_size=9,
+        primary_capsule_types=32,
+        primary_capsule_dim=8,
+        primary_kernel_size=9,
+        primary_strides=2,
+        capsule_dim=16,
+        iterations=3,
+        stop_gradient=False,
+        decoder_units=(512, 1024),
+        reconstruction_weight=0.0005,
+        learning_rate=1e-3,
+        decay_steps=2000,
+        decay_rate=0.96,
+        rescale=PIXELS,
+        compile=True,
+        dtype=None,
+        name="capsnet",
+        **kwargs,
+    ):
+        input_shape = check_image_shape(input_shape)
+        num_classes, class_names = resolve_classes(num_classes, class_names)
+        rescale = check_rescale(rescale)
+        policy = dtype_policy(dtype)
+        check_positive_ints(
+            conv_filters=conv_filters,
+            primary_capsule_types=primary_capsule_types,
+            primary_capsule_dim=primary_capsule_dim,
+            capsule_dim=capsule_dim,
+            iterations=iterations,
+        )
+        check_reconstruction_weight(reconstruction_weight)
+
+        images = keras.Input(shape=input_shape, name="images")
+        x = rescaled(images, rescale, policy)
+        x = keras.layers.Conv2D(
+            conv_filters,
+            conv_kernel_size,
+            activation="relu",
+            kernel_initializer="he_normal",
+            name="conv1",
+            dtype=policy,
+        )(x)
+        primary = PrimaryCapsule(
+            primary_capsule_types,
+            primary_capsule_dim,
+            primary_kernel_size,
+            strides=primary_strides,
+            name="primary_caps",
+            dtype=policy,
+        )(x)
+        poses = CapsuleLayer(
+            num_classes,
+            capsule_dim,
+            iterations=iterations,
+            stop_gradient=stop_gradient,
+            name="digit_caps",
+            dtype=policy,
+        )(primary)
+        config = {
+            "input_shape": input_shape,
+            "num_classes": num_classes,
+            "class_names": class_names,
+            "conv_filters": conv_filters,
+            "conv_kernel_size": conv_kernel_size,
+            "primary_capsule_types": primary_capsule_types,
+            "primary_capsule_dim": primary_capsule_dim,
+            "primary_kernel_size": primary_kernel_size,
+            "primary_strides": primary_strides,
+            "capsule_dim": capsule_dim,
+            "iterations": iterations,
+            "stop_gradient": stop_gradient,
+        }
+        super().__init__(
+            images,
+            poses,
+            config=config,
+            policy=policy,
+            rescale=rescale,
+            decoder_units=decoder_units,
+            reconstruction_weight=reconstruction_weight,
+            learning_rate=learning_rate,
+            decay_steps=decay_steps,
+            decay_rate=decay_rate,
+            compile=compile,
+            name=name,
+            **kwargs,
+        )
