@@ -44,11 +44,5 @@ def resolve_classes(num_classes, class_names, default=10):
     return num_classes, class_names
 
 
-def class_label(model, index):
-    """The name of class `index` of `model`: its `class_names` entry, else the index as text."""
-    names = getattr(model, "class_names", None)
-    return names[index] if names else str(index)
-
-
 DIGITS = tuple(str(digit) for digit in range(10))
 """The class names of MNIST: the digits, in label order."""

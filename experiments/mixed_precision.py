@@ -1,6 +1,6 @@
 """Mixed precision: test accuracy and training speed of each dtype policy after the same budget.
 
-Trains CapsNetMNIST with `keras-capsules train capsnet-mnist` once per dtype
+Trains CapsNetMNIST with `keras-capsules train capsnet` once per dtype
 policy (`float32`, `mixed_bfloat16`, `mixed_float16`), each in its own process,
 with the same seed, data (the first `--train-size` MNIST training images, the
 paper's shifts), batch and epochs, and evaluates each on the 10,000 test
@@ -43,7 +43,7 @@ def main(argv=None):
     workdir = tempfile.mkdtemp(prefix="mixed-precision-")
     for policy in args.policies:
         output = os.path.join(workdir, policy)
-        command = [sys.executable, "-m", "keras_capsules.cli", "train", "capsnet-mnist"]
+        command = [sys.executable, "-m", "keras_capsules.cli", "train", "capsnet"]
         command += ["--output", output, "--precision", policy, "--verbose", "2"]
         for name in ("train_size", "test_size", "epochs", "batch_size", "seed"):
             command += ["--" + name.replace("_", "-"), str(getattr(args, name))]

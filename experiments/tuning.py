@@ -71,7 +71,7 @@ def log(*args):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", choices=("capsnet-mnist", "matrix-capsnet-mnist"), default=None)
+    p.add_argument("--model", choices=("capsnet", "matrix-capsnet"), default=None)
     p.add_argument("--tuner", choices=("hyperband", "random", "bayesian"), default="hyperband")
     p.add_argument("--max-trials", type=int, default=10, help="most trials (10)")
     p.add_argument("--max-epochs", type=int, default=3, help="most epochs of a trial (3)")
@@ -85,7 +85,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--smoke", action="store_true", help="tiny sizes: a run under a minute")
     args = p.parse_args(argv)
-    args.model = args.model or "capsnet-mnist"
+    args.model = args.model or "capsnet"
     if args.smoke:
         for name, value in SMOKE.items():
             if name == "fixed" and args.fixed is None:
@@ -116,7 +116,7 @@ def run(args):
     from keras_capsules.tuning import best_trials_table
     from keras_capsules.tuning import create_tuner
 
-    if args.model == "capsnet-mnist":
+    if args.model == "capsnet":
         hypermodel = CapsNetHyperModel(input_shape=(28, 28, 1), num_classes=10)
     else:
         hypermodel = MatrixCapsNetHyperModel(

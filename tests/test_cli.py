@@ -63,7 +63,7 @@ def history_rows(output):
 
 def test_killed_run_resumes_without_losing_finished_epochs(tmp_path, capsys):
     output = str(tmp_path / "run")
-    args = ["train", "capsnet-mnist", "--epochs", "4", "--output", output, *TINY]
+    args = ["train", "capsnet", "--epochs", "4", "--output", output, *TINY]
     process = run_cli(args)
     deadline = time.time() + 300
     while len(epochs_logged(output)) < 2 and process.poll() is None and time.time() < deadline:
@@ -130,24 +130,22 @@ def test_serve_reports_a_missing_model(tmp_path):
 
 def test_bad_arguments_are_usage_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as error:
-        cli.main(["train", "capsnet-mnist", "--epochs", "0", "--output", str(tmp_path)])
+        cli.main(["train", "capsnet", "--epochs", "0", "--output", str(tmp_path)])
     assert error.value.code == 2 and "--epochs" in capsys.readouterr().err
     for option in ("--learning-rate", "--inverse-temperature", "--variance-epsilon"):
         for bad in ("-1", "0", "nan", "inf"):
             with pytest.raises(SystemExit) as error:
-                cli.main(["train", "matrix-capsnet-mnist", option, bad])
+                cli.main(["train", "matrix-capsnet", option, bad])
             assert error.value.code == 2 and option in capsys.readouterr().err
     for bad in ("0", "0.1,-1", "soft", "inf", "nan"):
         with pytest.raises(SystemExit) as error:
-            cli.main(["train", "matrix-capsnet-mnist", "--tempering", bad])
+            cli.main(["train", "matrix-capsnet", "--tempering", bad])
         assert error.value.code == 2 and "--tempering" in capsys.readouterr().err
     assert _types.tempering("0.1,0.5") == [0.1, 0.5] and _types.tempering("1") == 1.0
     # One tau per E-step: 3 iterations have 2. Refused before anything is written.
     output = tmp_path / "em"
     with pytest.raises(SystemExit, match=r"`tempering` must be .* one per E-step \(2 for 3"):
-        cli.main(
-            ["train", "matrix-capsnet-mnist", "--tempering", "0.1,0.2,0.3", "--output", str(output)]
-        )
+        cli.main(["train", "matrix-capsnet", "--tempering", "0.1,0.2,0.3", "--output", str(output)])
     assert not output.exists()
     with pytest.raises(SystemExit, match="no model"):
         cli.main(["evaluate", str(tmp_path / "missing.keras")])
@@ -158,7 +156,7 @@ EM_TINY = ["-A", "8", "-B", "2", "-C", "2", "-D", "2", "--iterations", "2", "--v
 
 def test_train_matrix_capsnet_mnist(tmp_path):
     output = str(tmp_path / "em")
-    args = ["train", "matrix-capsnet-mnist", "--output", output, "--train-size", "64"]
+    args = ["train", "matrix-capsnet", "--output", output, "--train-size", "64"]
     em_options = ["--variance-epsilon", "0.01", "--tempering", "0.3"]
     em_options += ["--normalization", "positions", "--inverse-temperature-schedule", "authors"]
     assert cli.main(args + ["--test-size", "32", *em_options, *EM_TINY]) == 0
@@ -168,7 +166,7 @@ def test_train_matrix_capsnet_mnist(tmp_path):
     assert conv_caps2.variance_epsilon == 0.01
     assert (conv_caps2.tempering, conv_caps2.normalization) == (0.3, "positions")
     assert saved.get_layer("class_caps").inverse_temperature_schedule == "authors"
-    assert metrics["model"] == "matrix-capsnet-mnist" and metrics["batch_size"] == 32
+    assert metrics["model"] == "matrix-capsnet" and metrics["batch_size"] == 32
     assert metrics["train_images"] == 64 and 0 <= metrics["test_accuracy"] <= 1
     assert metrics["train_steps_this_session"] == 2 and metrics["nonfinite_loss_steps"] == 0
     assert cli.main(["evaluate", os.path.join(output, "model.keras"), "--test-size", "32"]) == 0
@@ -176,7 +174,7 @@ def test_train_matrix_capsnet_mnist(tmp_path):
 
 @pytest.mark.skipif(BACKEND != "torch", reason="PyTorch runs one step per call")
 def test_train_refuses_several_steps_per_call_on_torch(tmp_path):
-    args = ["train", "capsnet-mnist", "--output", str(tmp_path), "--steps-per-execution", "2"]
+    args = ["train", "capsnet", "--output", str(tmp_path), "--steps-per-execution", "2"]
     with pytest.raises(SystemExit, match="--steps-per-execution must be 1 on the PyTorch"):
         cli.main(args)
 
@@ -195,7 +193,16 @@ def test_train_matrix_capsnet_norb_on_official_files(tmp_path, capsys):
                 str(data_dir / (smallnorb.FILES[split][kind] + ".gz")), array, compress=True
             )
     output = str(tmp_path / "run")
-    args = ["train", "matrix-capsnet-norb", "--data-dir", str(data_dir), "--output", output]
+    args = [
+        "train",
+        "matrix-capsnet",
+        "--data",
+        "smallnorb",
+        "--data-dir",
+        str(data_dir),
+        "--output",
+        output,
+    ]
     # One EM iteration: the files are under test here, not routing (traced seconds faster).
     assert cli.main(args + ["--batch-size", "4", *EM_TINY, "--iterations", "1"]) == 0
     metrics = json.load(open(os.path.join(output, "metrics.json")))
@@ -209,11 +216,11 @@ def test_train_efficient_capsnet_mnist_and_continue_it(tmp_path, capsys):
     import applications
 
     output = str(tmp_path / "efficient")
-    args = ["train", "efficient-capsnet-mnist", "--output", output, "--train-size", "32"]
+    args = ["train", "efficient-capsnet", "--output", output, "--train-size", "32"]
     args += ["--test-size", "16", "--verbose", "0", "--seed", "3"]
     assert cli.main(args) == 0
     metrics = json.load(open(os.path.join(output, "metrics.json")))
-    assert metrics["model"] == "efficient-capsnet-mnist" and metrics["batch_size"] == 16
+    assert metrics["model"] == "efficient-capsnet" and metrics["batch_size"] == 16
     assert metrics["train_steps_this_session"] == 2 and metrics["nonfinite_loss_steps"] == 0
     # More epochs continue the finished run from its model and optimizer, here with one
     # step per call: how many steps a call runs does not change what the run trains.
@@ -238,7 +245,7 @@ def test_train_with_mixed_precision_and_data_parallel(tmp_path, precision):
     if keras.backend.backend() not in ("tensorflow", "jax"):
         pytest.skip("--distribute needs TensorFlow or JAX")
     output = str(tmp_path / "run")
-    args = ["train", "capsnet-mnist", "--output", output, "--train-size", "100"]
+    args = ["train", "capsnet", "--output", output, "--train-size", "100"]
     args += ["--test-size", "50", "--batch-size", "50", "--conv-filters", "8"]
     args += ["--primary-capsule-types", "2", "--verbose", "0", "--precision", precision]
     assert cli.main(args + ["--distribute"]) == 0
@@ -269,7 +276,7 @@ def test_resumed_history_drops_the_rows_the_backup_lacks(tmp_path):
 
 
 def train_tiny(output, *extra, epochs=1):
-    args = ["train", "capsnet-mnist", "--epochs", str(epochs), "--output", output, *TINY]
+    args = ["train", "capsnet", "--epochs", str(epochs), "--output", output, *TINY]
     return cli.main([*args, "--seed", "3", *extra])
 
 
@@ -413,7 +420,7 @@ def test_data_dirs_that_hold_no_data_are_one_line_errors(tmp_path, capsys, monke
         (tmp_path, "holds no files"),
     ):
         with pytest.raises(SystemExit):
-            cli.main(["train", "capsnet-mnist", "--data-dir", str(folder), *output])
+            cli.main(["train", "capsnet", "--data-dir", str(folder), *output])
         assert message in capsys.readouterr().err
     other = tmp_path / "other"
     other.mkdir()
@@ -426,7 +433,7 @@ def test_data_dirs_that_hold_no_data_are_one_line_errors(tmp_path, capsys, monke
     with pytest.raises(
         SystemExit, match=r"other holds none of the MNIST files.*importlib_resources"
     ):
-        cli.main(["train", "capsnet-mnist", "--data-dir", str(other), *output])
+        cli.main(["train", "capsnet", "--data-dir", str(other), *output])
     # smallNORB files with no training examples.
     rng = np.random.default_rng(0)
     norb = tmp_path / "norb"
@@ -435,7 +442,9 @@ def test_data_dirs_that_hold_no_data_are_one_line_errors(tmp_path, capsys, monke
         for kind, array in zip(("dat", "cat", "info"), make_split(rng, n)):
             write_matrix(str(norb / smallnorb.FILES[split][kind]), array)
     with pytest.raises(SystemExit, match=r"norb holds no training images"):
-        cli.main(["train", "matrix-capsnet-norb", "--data-dir", str(norb), *output])
+        cli.main(
+            ["train", "matrix-capsnet", "--data", "smallnorb", "--data-dir", str(norb), *output]
+        )
 
 
 def test_evaluate_a_preset_on_the_data_it_was_trained_on(tmp_path, capsys):
@@ -541,3 +550,132 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(tmp_path, monkeypatch, wher
     monkeypatch.undo()
     assert train_tiny(output) == 0
     assert json.load(open(os.path.join(output, "metrics.json")))["epochs"] == 1
+
+
+def _image_folder(root, classes=("circle", "square", "triangle"), per_class=12, seed=0):
+    """A user's folder: RGB PNG and JPEG, grey GIF and BMP, two sizes, one subfolder a class."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for index, name in enumerate(classes):
+        os.makedirs(os.path.join(root, name))
+        for i in range(per_class):
+            size = (24, 24) if i % 3 else (30, 26)
+            pixels = rng.integers(0, 60, size[::-1] + (3,)).astype("uint8")
+            pixels[..., index % 3] += 150  # each class its own colour
+            image = Image.fromarray(pixels)
+            kind = ("png", "jpg", "gif", "bmp")[i % 4]
+            if kind in ("gif", "bmp"):
+                image = image.convert("L")
+            image.save(os.path.join(root, name, f"{i}.{kind}"))
+    return root
+
+
+IMAGES_TINY = ["--conv-filters", "8", "--primary-capsule-types", "2", "--verbose", "2"]
+
+
+def test_train_on_a_folder_of_images_and_evaluate_by_class(tmp_path, capsys):
+    import keras
+
+    folder = _image_folder(str(tmp_path / "shapes"))
+    output = str(tmp_path / "run")
+    args = ["train", "capsnet", "--images", folder, "--image-size", "24", "24", *IMAGES_TINY]
+    assert cli.main([*args, "--batch-size", "8", "--seed", "1", "--output", output]) == 0
+    printed = capsys.readouterr().out
+    assert "36 images of 3 classes: circle (12), square (12), triangle (12)" in printed
+    assert "read as 24x24 rgb" in printed
+    metrics = json.load(open(os.path.join(output, "metrics.json")))
+    assert (metrics["train_images"], metrics["test_images"]) == (29, 7)  # 0.2 held out
+    model = keras.saving.load_model(os.path.join(output, "model.keras"))
+    assert model.class_names == ("circle", "square", "triangle")
+    assert model.input_shape == (None, 24, 24, 3) and model.reconstruct(
+        np.zeros((1, 24, 24, 3))
+    ).shape == (1, 24, 24, 3)
+    run = json.load(open(os.path.join(output, "run.json")))["options"]
+    assert run["images"] == folder and run["image_size"] == [24, 24]
+
+    assert cli.main(["evaluate", os.path.join(output, "model.keras"), "--images", folder]) == 0
+    printed = capsys.readouterr().out
+    rows = re.findall(r"^(circle|square|triangle) +12 +([0-9.]+)", printed, re.M)
+    assert [name for name, _ in rows] == ["circle", "square", "triangle"]
+    scores = model.predict(
+        np.stack([np.asarray(x) for x, _ in _folder_images(folder, (24, 24))]), verbose=0
+    )
+    labels = np.array([y for _, y in _folder_images(folder, (24, 24))])
+    expected = float(np.mean(scores.argmax(-1) == labels))
+    assert f"Accuracy: {expected:.4f} (36 images)" in printed
+    os.makedirs(os.path.join(folder, "hexagon"))
+    shutil.copy(os.path.join(folder, "circle", "0.png"), os.path.join(folder, "hexagon"))
+    with pytest.raises(SystemExit, match="class folders the model does not know: hexagon"):
+        cli.main(["evaluate", os.path.join(output, "model.keras"), "--images", folder])
+
+
+def _folder_images(folder, size):
+    from keras_capsules.datasets import image_folder
+
+    summary = image_folder.check_folder(folder, image_size=size, color_mode="rgb")
+    train, _ = image_folder.load_folder(summary, batch_size=64, shuffle=False)
+    return [(x, int(y)) for images, labels in train for x, y in zip(images, labels)]
+
+
+def test_train_from_a_preset_on_other_classes_keeps_its_backbone(tmp_path, capsys):
+    import keras
+
+    import applications
+
+    preset = applications.CapsNet(conv_filters=8, primary_capsule_types=2, decoder_units=(16,))
+    preset_folder = preset.save_to_preset(str(tmp_path / "preset"))
+    folder = _image_folder(str(tmp_path / "shapes"), classes=("a", "b"), per_class=8)
+    output = str(tmp_path / "run")
+    args = ["train", "capsnet", "--images", folder, "--image-size", "28", "28", "--verbose", "2"]
+    args += ["--from-preset", preset_folder, "--freeze-backbone", "--color-mode", "grayscale"]
+    assert cli.main([*args, "--batch-size", "4", "--output", output]) == 0
+    assert "conv1, primary_caps kept" in capsys.readouterr().out
+    model = keras.saving.load_model(os.path.join(output, "model.keras"))
+    assert model.class_names == ("a", "b")
+    for name in ("conv1", "primary_caps"):  # frozen: the preset's weights, unchanged
+        for got, expected in zip(
+            model.get_layer(name).get_weights(), preset.get_layer(name).get_weights()
+        ):
+            np.testing.assert_array_equal(got, expected)
+    head = model.get_layer("digit_caps").get_weights()[0]
+    assert head.shape != preset.get_layer("digit_caps").get_weights()[0].shape  # 2 classes, new
+    assert model.predict(np.zeros((1, 28, 28, 1)), verbose=0).shape == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "layout, match",
+    [
+        ("one_class", "holds one class folder"),
+        ("corrupt", r"broken.png cannot be read as an image.*--skip-bad-images"),
+        ("empty_class", "holds no images"),
+    ],
+)
+def test_a_bad_image_folder_is_one_line_before_anything_is_written(tmp_path, layout, match):
+    folder = str(tmp_path / "images")
+    os.makedirs(os.path.join(folder, "a"))
+    shutil.copy(_image_folder(str(tmp_path / "src"), ("x",), 1) + "/x/0.png", folder + "/a/0.png")
+    if layout == "corrupt":
+        os.makedirs(os.path.join(folder, "b"))
+        with open(os.path.join(folder, "b", "broken.png"), "wb") as f:
+            f.write(b"not a png")
+    elif layout == "empty_class":
+        os.makedirs(os.path.join(folder, "b"))
+    output = str(tmp_path / "run")
+    with pytest.raises(SystemExit, match=match):
+        cli.main(["train", "capsnet", "--images", folder, "--output", output])
+    assert not os.path.exists(output)
+
+
+def test_skipped_images_are_counted_and_a_missing_folder_is_a_usage_error(tmp_path, capsys):
+    folder = _image_folder(str(tmp_path / "shapes"), classes=("a", "b"), per_class=5)
+    with open(os.path.join(folder, "b", "broken.jpg"), "wb") as f:
+        f.write(b"\xff\xd8 not a jpeg")
+    output = str(tmp_path / "run")
+    args = ["train", "efficient-capsnet", "--images", folder, "--image-size", "24", "24"]
+    args += ["--skip-bad-images", "--validation-split", "0.3", "--verbose", "0"]
+    assert cli.main([*args, "--output", output]) == 0
+    assert "Skipped 1 file(s) that cannot be decoded" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["train", "capsnet", "--images", str(tmp_path / "nowhere")])
+    assert "no folder" in capsys.readouterr().err

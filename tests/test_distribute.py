@@ -91,7 +91,7 @@ def test_other_backends_are_refused():
 
 # Several processes on this machine's loopback -----------------------------------
 
-TRAIN = ["train", "capsnet-mnist", "--conv-filters", "16", "--primary-capsule-types", "4"]
+TRAIN = ["train", "capsnet", "--conv-filters", "16", "--primary-capsule-types", "4"]
 TRAIN += ["--test-size", "40", "--batch-size", "20", "--seed", "0", "--max-shift", "0"]
 TRAIN += ["--verbose", "2"]
 

@@ -1,11 +1,11 @@
 """The `keras-capsules` command: train, evaluate, export and serve capsule networks.
 
-    keras-capsules train capsnet-mnist --epochs 1 --output runs/mnist
+    keras-capsules train capsnet --epochs 1 --output runs/mnist
     keras-capsules evaluate runs/mnist/model.keras
     keras-capsules export runs/mnist/model.keras models/capsnet
     keras-capsules export runs/mnist/model.keras capsnet.onnx --format onnx
     keras-capsules serve models/capsnet --port 8501
-    keras-capsules tune capsnet-mnist --tuner hyperband --max-trials 20 --output runs/tune
+    keras-capsules tune capsnet --tuner hyperband --max-trials 20 --output runs/tune
     keras-capsules figures runs/mnist/model.keras --output figures
     keras-capsules explore runs/mnist/model.keras
 
@@ -43,7 +43,7 @@ def main(argv=None):
     Example:
 
     >>> from keras_capsules.cli import main
-    >>> main(["train", "capsnet-mnist", "--epochs", "0"])  # on stderr: ... --epochs: must be ...
+    >>> main(["train", "capsnet", "--epochs", "0"])  # on stderr: ... --epochs: must be ...
     Traceback (most recent call last):
     ...
     SystemExit: 2

@@ -85,3 +85,26 @@ def data_dir(text):
     if not any(entry.is_file() for entry in os.scandir(path)):
         raise argparse.ArgumentTypeError(f"the folder {text} holds no files")
     return path
+
+
+def image_folder_argument(text):
+    """`--images`: an existing folder, `~` expanded (its contents are checked before training)."""
+    path = os.path.expanduser(text)
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(
+            f"no folder {text}: it should hold one subfolder of images per class"
+        )
+    return path
+
+
+def unit_fraction(text):
+    """A number strictly between 0 and 1.
+
+    >>> unit_fraction("0.2")
+    0.2
+    >>> unit_fraction("1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a number between 0 and 1, got '1'
+    """
+    return _number(text, float, lambda value: 0 < value < 1, "a number between 0 and 1")

@@ -3,10 +3,14 @@
     keras-capsules evaluate runs/mnist/model.keras
     keras-capsules evaluate --preset efficient_capsnet_fashion_mnist
     keras-capsules evaluate                # the capsnet_mnist preset
+    keras-capsules evaluate runs/photos/model.keras --images photos-test/
 
 A preset is evaluated on the data set it was trained on. A `.keras` model
 whose input is a stereo pair (two channels) is evaluated on smallNORB from
-`--data-dir`, any other on MNIST.
+`--data-dir`, any other on MNIST. With `--images DIR` (one subfolder of
+images per class, named as the model's classes) the model is evaluated on
+those images, resized to its input size, and a table gives each class's
+accuracy by name.
 """
 
 import json
@@ -14,6 +18,7 @@ import json
 from keras_capsules.cli._model import add_model_arguments
 from keras_capsules.cli._model import load_model_or_preset
 from keras_capsules.cli._types import data_dir
+from keras_capsules.cli._types import image_folder_argument
 from keras_capsules.cli._types import positive_int
 
 
@@ -26,12 +31,27 @@ def add_parser(commands):
     evaluate.add_argument("--data-dir", type=data_dir, default=None)
     evaluate.add_argument("--batch-size", type=positive_int, default=32)
     evaluate.add_argument("--test-size", type=positive_int, default=None)
+    evaluate.add_argument(
+        "--images",
+        type=image_folder_argument,
+        default=None,
+        metavar="DIR",
+        help="evaluate on a folder with one subfolder of images per class, named as the "
+        "model's classes",
+    )
+    evaluate.add_argument(
+        "--skip-bad-images",
+        action="store_true",
+        help="pass over files that cannot be decoded (counted) instead of stopping",
+    )
     return evaluate
 
 
 def run(args):
     """Run `keras-capsules evaluate` with parsed arguments; return the exit status."""
     model, data = load_model_or_preset(args, "evaluate")
+    if args.images is not None:
+        return _evaluate_images(model, args)
     norb = model.input_shape[-1] == 2  # a stereo pair: smallNORB
     try:
         if norb:
@@ -57,4 +77,52 @@ def run(args):
         results = model.evaluate(x_test, y_test, batch_size=args.batch_size, return_dict=True)
     print(json.dumps({k: float(v) for k, v in results.items()}, indent=2))
     print(f"Test accuracy: {results['accuracy']:.4f} ({len(x_test)} images)")
+    return 0
+
+
+def _evaluate_images(model, args):
+    """Evaluate `model` on the folder `args.images`; print the accuracy and a table by class."""
+    import numpy as np
+
+    from keras_capsules._class_names import class_name
+    from keras_capsules.cli.train import check_image_folder
+    from keras_capsules.datasets import image_folder
+
+    height, width, channels = model.input_shape[1:]
+    if channels not in (1, 3):
+        raise SystemExit(
+            f"keras-capsules evaluate: --images needs a model of grey or RGB images; this one "
+            f"takes {channels} channels"
+        )
+    args.image_size, args.color_mode = (height, width), "grayscale" if channels == 1 else "rgb"
+    try:
+        summary = check_image_folder(args)
+    except ValueError as error:
+        raise SystemExit(f"keras-capsules evaluate: {error}") from None
+    names = [class_name(model, index) for index in range(model.num_classes)]
+    unknown = [name for name in summary.class_names if name not in names]
+    if unknown:
+        raise SystemExit(
+            f"keras-capsules evaluate: {args.images} has class folders the model does not know: "
+            f"{', '.join(unknown[:5])}{' ...' if unknown[5:] else ''}. The model's classes: "
+            f"{', '.join(names)}"
+        )
+    dataset, _ = image_folder.load_folder(summary, args.batch_size, shuffle=False)
+    scores, labels = [], []
+    for images, folder_labels in dataset:
+        scores.append(model.predict(np.asarray(images), verbose=0))
+        labels.append(np.asarray(folder_labels))
+    order = np.array([names.index(name) for name in summary.class_names])
+    labels = order[np.concatenate(labels)]
+    predicted = np.concatenate(scores).argmax(-1)
+    correct = predicted == labels
+    print(f"{'class':<24} {'images':>7} {'accuracy':>9}  most often taken for")
+    for index in order:
+        mine = labels == index
+        wrong = predicted[mine & ~correct]
+        confused = names[np.bincount(wrong).argmax()] if len(wrong) else "-"
+        print(
+            f"{names[index][:24]:<24} {int(mine.sum()):>7} {correct[mine].mean():>9.4f}  {confused}"
+        )
+    print(f"Accuracy: {correct.mean():.4f} ({len(labels)} images)")
     return 0

@@ -1,9 +1,24 @@
-"""`keras-capsules train`: train a prebuilt model on its data set.
+"""`keras-capsules train`: train a capsule network on a data set or on a folder of your images.
 
-    keras-capsules train capsnet-mnist --epochs 1 --output runs/mnist
-    keras-capsules train matrix-capsnet-mnist --epochs 1 --output runs/em-mnist
-    keras-capsules train matrix-capsnet-norb --data-dir ~/smallnorb --output runs/norb
-    keras-capsules train efficient-capsnet-mnist --epochs 100 --output runs/efficient
+    keras-capsules train capsnet --epochs 1 --output runs/mnist
+    keras-capsules train matrix-capsnet --epochs 1 --output runs/em-mnist
+    keras-capsules train matrix-capsnet --data smallnorb --data-dir ~/smallnorb --output runs/norb
+    keras-capsules train efficient-capsnet --data fashion-mnist --epochs 100 --output runs/fashion
+    keras-capsules train efficient-capsnet --images photos/ --image-size 64 64 \
+        --from-preset efficient_capsnet_mnist --output runs/photos
+
+The model is an architecture of `applications`: `capsnet` (`CapsNet`,
+dynamic routing), `efficient-capsnet` (`EfficientCapsNet`, self-attention
+routing) or `matrix-capsnet` (`MatrixCapsNet`, EM routing). It trains on
+`--data` (MNIST by default, Fashion-MNIST, or smallNORB read from
+`--data-dir`), or on `--images DIR`: one subfolder of images per class,
+checked before anything is written (`keras_capsules.datasets.image_folder`)
+and read by Keras's `image_dataset_from_directory`, with `--validation-split`
+of the images held out to measure the accuracy. The class names (the
+folder's, or the data set's) are saved with the model. `--from-preset`
+starts from a trained preset of the same architecture: the layers that fit
+the new images are kept, the class capsules and the decoder are new, and
+`--freeze-backbone` trains those alone.
 
 `train` shows Keras's progress bar, keeps a backup of the run after every
 epoch (`OUTPUT/backup`) and resumes from it when started again with the same
@@ -14,18 +29,13 @@ name and renamed into place. `OUTPUT/run.json` records the run's options: a
 rerun with more `--epochs` continues a finished run, and a rerun with other
 options is refused unless `--fresh` starts a new run in the folder.
 
-The matrix capsule models (EM routing) train with the spread loss, whose
-margin `SpreadMarginSchedule` raises from 0.2 to 0.9 over the run:
-`matrix-capsnet-mnist` on MNIST (28x28, 10 classes), `matrix-capsnet-norb`
-on smallNORB read from `--data-dir` (the official files).
-
-`efficient-capsnet-mnist` is `applications.EfficientCapsNet` (self-attention
-routing) with the paper's training settings: batches of 16, Adam from a
-learning rate of 5e-4 decayed by 0.97 every epoch (of the training set at the
-chosen batch size), on MNIST with the random shifts of `capsnet-mnist`
-(`--max-shift`). Options of the other models (`--iterations`,
-`--conv-filters`, `--primary-capsule-types`, the EM options) do not change it,
-as the EM models ignore those of `capsnet-mnist`.
+Each architecture trains with its paper's settings: `capsnet` in batches of
+100 with Adam from 1e-3, MNIST-like data shifted by up to `--max-shift`
+pixels; `efficient-capsnet` in batches of 16 with Adam from 5e-4 decayed by
+0.97 every epoch; `matrix-capsnet` in batches of 32 with Adam from 3e-3 and
+the spread loss, whose margin `SpreadMarginSchedule` raises from 0.2 to 0.9
+over the run. `--iterations`, `--conv-filters` and `--primary-capsule-types`
+size `capsnet`, the EM options `matrix-capsnet`.
 """
 
 import contextlib
@@ -38,21 +48,21 @@ from keras_capsules._atomic import write_json
 from keras_capsules.cli import _training
 from keras_capsules.cli._model import load_model
 from keras_capsules.cli._types import data_dir
+from keras_capsules.cli._types import image_folder_argument
 from keras_capsules.cli._types import positive_float
 from keras_capsules.cli._types import positive_int
 from keras_capsules.cli._types import tempering
+from keras_capsules.cli._types import unit_fraction
 
-MODELS = (
-    "capsnet-mnist",
-    "matrix-capsnet-mnist",
-    "matrix-capsnet-norb",
-    "efficient-capsnet-mnist",
-)
-MATRIX_MODELS = ("matrix-capsnet-mnist", "matrix-capsnet-norb")
-BATCH_SIZES = {"capsnet-mnist": 100, "efficient-capsnet-mnist": 16}
-"""Default batch sizes; 32 for the EM models."""
-LEARNING_RATES = {"capsnet-mnist": 1e-3, "efficient-capsnet-mnist": 5e-4}
-"""Default initial learning rates; 3e-3 for the EM models."""
+MODELS = {
+    "capsnet": "CapsNet",
+    "efficient-capsnet": "EfficientCapsNet",
+    "matrix-capsnet": "MatrixCapsNet",
+}
+"""The architectures `train` builds, by the name the command takes."""
+DATA = ("mnist", "fashion-mnist", "smallnorb")
+BATCH_SIZES = {"capsnet": 100, "efficient-capsnet": 16, "matrix-capsnet": 32}
+LEARNING_RATES = {"capsnet": 1e-3, "efficient-capsnet": 5e-4, "matrix-capsnet": 3e-3}
 
 
 def resolve_defaults(args):
@@ -64,8 +74,8 @@ def resolve_defaults(args):
     from keras_capsules import routing
 
     resolved = {
-        "batch_size": BATCH_SIZES.get(args.model, 32),
-        "learning_rate": LEARNING_RATES.get(args.model, 3e-3),
+        "batch_size": BATCH_SIZES[args.model],
+        "learning_rate": LEARNING_RATES[args.model],
         "inverse_temperature": routing.INVERSE_TEMPERATURE,
         "variance_epsilon": routing.VARIANCE_EPSILON,
         "tempering": routing.TEMPERING,
@@ -78,35 +88,91 @@ def resolve_defaults(args):
 
 def add_parser(commands):
     """Add the `train` subcommand and its arguments to `commands` (argparse subparsers)."""
-    train = commands.add_parser("train", help="train a prebuilt model on its data set")
+    train = commands.add_parser(
+        "train", help="train a capsule network on a data set or on a folder of your images"
+    )
     train.add_argument(
         "model",
-        choices=MODELS,
-        help="efficient-capsnet-mnist: applications.EfficientCapsNet with the paper's batch size "
-        "(16) and learning rate (5e-4, x0.97 per epoch), on MNIST shifted by up to --max-shift "
-        "pixels as capsnet-mnist; it ignores --iterations, --conv-filters, "
-        "--primary-capsule-types and the EM options",
+        choices=tuple(MODELS),
+        help="capsnet: applications.CapsNet (dynamic routing); efficient-capsnet: "
+        "applications.EfficientCapsNet (self-attention routing); matrix-capsnet: "
+        "applications.MatrixCapsNet (EM routing)",
     )
     _add_run_options(train.add_argument_group("training run"))
+    _add_image_options(train.add_argument_group("your own images (--images)"))
     _add_model_options(train.add_argument_group("model sizes"))
-    _add_em_options(train.add_argument_group("EM models (matrix-capsnet-*)"))
+    _add_em_options(train.add_argument_group("EM routing (matrix-capsnet)"))
     return train
+
+
+def _add_image_options(group):
+    group.add_argument(
+        "--images",
+        type=image_folder_argument,
+        default=None,
+        metavar="DIR",
+        help="train on a folder with one subfolder of images (PNG, JPEG, BMP, GIF) per class, "
+        "instead of --data",
+    )
+    group.add_argument(
+        "--image-size",
+        type=positive_int,
+        nargs=2,
+        default=None,
+        metavar=("H", "W"),
+        help="resize every image to H x W pixels (default: the commonest size)",
+    )
+    group.add_argument(
+        "--color-mode",
+        choices=("grayscale", "rgb"),
+        default=None,
+        help="default: grayscale when every image is grey, else rgb",
+    )
+    group.add_argument(
+        "--validation-split",
+        type=unit_fraction,
+        default=0.2,
+        help="fraction of the images held out for the accuracy (0.2)",
+    )
+    group.add_argument(
+        "--skip-bad-images",
+        action="store_true",
+        help="pass over files that cannot be decoded (counted) instead of stopping",
+    )
+    group.add_argument(
+        "--from-preset",
+        default=None,
+        metavar="NAME",
+        help="start from a trained preset of the same architecture (applications.list_presets()"
+        " or a preset folder): its layers that fit are kept, the class capsules are new",
+    )
+    group.add_argument(
+        "--freeze-backbone",
+        action="store_true",
+        help="train the class capsules and decoder alone (model.backbone.trainable = False)",
+    )
 
 
 def _add_run_options(group):
     group.add_argument("--epochs", type=positive_int, default=1)
     group.add_argument(
+        "--data",
+        choices=DATA,
+        default="mnist",
+        help="the data set, when no --images (mnist); smallnorb is read from --data-dir",
+    )
+    group.add_argument(
         "--batch-size",
         type=positive_int,
         default=None,
-        help="100 for capsnet-mnist, 32 for the EM models, 16 for efficient-capsnet-mnist",
+        help="100 for capsnet, 16 for efficient-capsnet, 32 for matrix-capsnet",
     )
     group.add_argument(
         "--learning-rate",
         type=positive_float,
         default=None,
-        help="1e-3 (capsnet-mnist), 3e-3 (EM), 5e-4 (efficient-capsnet-mnist, decayed by 0.97 "
-        "per epoch)",
+        help="1e-3 (capsnet), 5e-4 (efficient-capsnet, decayed by 0.97 per epoch), "
+        "3e-3 (matrix-capsnet)",
     )
     group.add_argument("--output", default="runs/mnist", help="folder for checkpoints and metrics")
     group.add_argument(
@@ -116,7 +182,10 @@ def _add_run_options(group):
         help="folder of the MNIST IDX or smallNORB .mat files",
     )
     group.add_argument(
-        "--max-shift", type=int, default=2, help="MNIST models: augmentation shift in pixels (2)"
+        "--max-shift",
+        type=int,
+        default=2,
+        help="MNIST and Fashion-MNIST: augmentation shift in pixels (2)",
     )
     group.add_argument(
         "--train-size", type=positive_int, default=None, help="use the first N images"
@@ -158,14 +227,14 @@ def _add_model_options(group):
         "--iterations",
         type=positive_int,
         default=3,
-        help="routing iterations (capsnet-mnist, EM models)",
+        help="routing iterations (capsnet, matrix-capsnet)",
     )
-    group.add_argument("--conv-filters", type=int, default=256, help="capsnet-mnist: Conv1")
+    group.add_argument("--conv-filters", type=int, default=256, help="capsnet: Conv1")
     group.add_argument(
         "--primary-capsule-types",
         type=int,
         default=32,
-        help="capsnet-mnist",
+        help="capsnet",
     )
 
 
@@ -175,72 +244,91 @@ def _add_em_options(group):
             f"-{letter}",
             type=positive_int,
             default=default,
-            help=f"EM models: {letter} of the paper",
+            help=f"{letter} of the paper",
         )
     group.add_argument(
         "--inverse-temperature",
         type=positive_float,
         default=None,
-        help="EM models: final lambda (0.01)",
+        help="final lambda (0.01)",
     )
     group.add_argument(
         "--variance-epsilon",
         type=positive_float,
         default=None,
-        help="EM models: variance floor (1e-4)",
+        help="variance floor (1e-4)",
     )
     group.add_argument(
         "--tempering",
         type=tempering,
         default=None,
-        help="EM models: E-step exponent tau, R ~ (a p)^tau, one number or one per E-step "
+        help="E-step exponent tau, R ~ (a p)^tau, one number or one per E-step "
         "separated by commas (0.1; 1 is the paper's E-step)",
     )
     group.add_argument(
         "--normalization",
         choices=("types_and_positions", "positions"),
         default="types_and_positions",
-        help="EM models: how a convolutional capsule layer shares a child's R: over types and "
+        help="how a convolutional capsule layer shares a child's R: over types and "
         "positions (the paper's text) or per type over positions (the authors' code)",
     )
     group.add_argument(
         "--inverse-temperature-schedule",
         choices=("rescaled", "authors"),
         default="rescaled",
-        help="EM models: lambda rescaled to end at --inverse-temperature, or the authors' "
+        help="lambda rescaled to end at --inverse-temperature, or the authors' "
         "0.01 (1 - 0.95^(t+1))",
     )
 
 
-def _build_model(args, steps_per_epoch):
+def _build_model(args, steps_per_epoch, spec):
+    """The model `args` ask for, for the data `spec` describes (its shape, classes, scale)."""
     import applications
 
-    if args.model == "efficient-capsnet-mnist":
-        return applications.EfficientCapsNet(
-            learning_rate=args.learning_rate,
-            decay_steps=steps_per_epoch,  # 0.97 per epoch, as the paper's code
-            decay_rate=0.97,
+    cls = getattr(applications, MODELS[args.model])
+    arguments = {
+        "input_shape": spec["input_shape"],
+        "class_names": spec["class_names"],
+        "rescale": spec["rescale"],
+        "learning_rate": args.learning_rate,
+    }
+    if args.model == "efficient-capsnet":
+        # 0.97 per epoch, as the paper's code
+        arguments.update(decay_steps=steps_per_epoch, decay_rate=0.97)
+    if args.from_preset is not None:
+        try:
+            model = cls.from_preset(args.from_preset, **arguments)
+        except (ValueError, ImportError, OSError) as error:
+            raise SystemExit(
+                f"keras-capsules train: --from-preset {args.from_preset}: {error}"
+            ) from None
+        print(
+            f"From the preset {args.from_preset}: {', '.join(model.preset_layers) or 'no layer'} "
+            "kept",
+            flush=True,
         )
-    if args.model == "capsnet-mnist":
-        return applications.CapsNetMNIST(
+    elif args.model == "capsnet":
+        model = cls(
             iterations=args.iterations,
             conv_filters=args.conv_filters,
             primary_capsule_types=args.primary_capsule_types,
-            learning_rate=args.learning_rate,
+            **arguments,
         )
-    mnist = args.model == "matrix-capsnet-mnist"
-    return applications.MatrixCapsNetNORB(
-        A=args.A,
-        B=args.B,
-        C=args.C,
-        D=args.D,
-        input_shape=(28, 28, 1) if mnist else (32, 32, 2),
-        num_classes=10 if mnist else 5,
-        rescale=1.0 / 255.0 if mnist else None,
-        normalization=args.normalization,
-        learning_rate=args.learning_rate,
-        **_em_settings(args).get_config(),
-    )
+    elif args.model == "matrix-capsnet":
+        model = cls(
+            A=args.A,
+            B=args.B,
+            C=args.C,
+            D=args.D,
+            normalization=args.normalization,
+            **_em_settings(args).get_config(),
+            **arguments,
+        )
+    else:
+        model = cls(**arguments)
+    if args.freeze_backbone:
+        model.backbone.trainable = False
+    return model
 
 
 def _em_settings(args):
@@ -259,13 +347,17 @@ def _em_settings(args):
         raise SystemExit(f"keras-capsules {args.command}: {error}") from None
 
 
-def _datasets(args, batch_size):
-    """`(train_dataset, (x_test, y_test) or test_dataset, train_count, test_count)`.
+def _datasets(args, batch_size, summary=None):
+    """`(train_dataset, test, train_count, test_count, spec)`: the data and the model it needs.
 
-    A folder that cannot be read, or holds no training or test images, ends the
-    command with one line that says so.
+    `test` is `(x_test, y_test)` or a test dataset; `spec` holds the model's
+    `input_shape`, `class_names` and `rescale`. A folder that cannot be read,
+    or holds no training or test images, ends the command with one line that
+    says so. `summary` is `--images`' `FolderSummary`, checked already.
     """
     try:
+        if args.images is not None:
+            return _image_datasets(args, batch_size, summary)
         return _read_datasets(args, batch_size)
     except ValueError as error:
         raise SystemExit(f"keras-capsules {args.command}: {error}") from None
@@ -277,8 +369,62 @@ def _check_not_empty(args, x_train, x_test):
             raise ValueError(f"{args.data_dir or 'the data'} holds no {split} images")
 
 
+def check_image_folder(args):
+    """The `image_folder.FolderSummary` of `--images`, checked file by file with a progress bar."""
+    import keras
+
+    from keras_capsules.datasets import image_folder
+
+    total = image_folder.count_files(args.images)
+    verbose = getattr(args, "verbose", 1)
+    progress = None
+    if verbose and total:
+        print(f"Checking the {total} images in {args.images}", flush=True)
+        progress = keras.utils.Progbar(total, verbose=verbose)
+    summary = image_folder.check_folder(
+        args.images,
+        image_size=args.image_size,
+        color_mode=args.color_mode,
+        skip_bad_images=getattr(args, "skip_bad_images", False),
+        progress=progress,
+    )
+    classes = ", ".join(f"{n} ({c})" for n, c in zip(summary.class_names, summary.counts))
+    print(
+        f"{summary.images} images of {len(summary.class_names)} classes: {classes}; read as "
+        f"{summary.image_size[0]}x{summary.image_size[1]} {summary.color_mode}",
+        flush=True,
+    )
+    if summary.skipped:
+        print(
+            f"Skipped {len(summary.skipped)} file(s) that cannot be decoded, e.g. "
+            f"{summary.skipped[0]}",
+            flush=True,
+        )
+    return summary
+
+
+def _image_datasets(args, batch_size, summary):
+    from keras_capsules.datasets import image_folder
+
+    held_out = int(args.validation_split * summary.images)
+    if held_out == 0 or held_out == summary.images:
+        raise ValueError(
+            f"--validation-split {args.validation_split} of {summary.images} images leaves "
+            "no training or no validation images"
+        )
+    train_ds, test_ds = image_folder.load_folder(
+        summary, batch_size, validation_split=args.validation_split, seed=args.seed
+    )
+    spec = {
+        "input_shape": (*summary.image_size, summary.channels),
+        "class_names": summary.class_names,
+        "rescale": 1.0 / 255.0,
+    }
+    return train_ds, test_ds, summary.images - held_out, held_out, spec
+
+
 def _read_datasets(args, batch_size):
-    if args.model == "matrix-capsnet-norb":
+    if args.data == "smallnorb":
         from keras_capsules.datasets import smallnorb
 
         (x_train, y_train, _), (x_test, y_test, _) = smallnorb.load_data(args.data_dir)
@@ -287,17 +433,22 @@ def _read_datasets(args, batch_size):
         _check_not_empty(args, x_train, x_test)
         train_ds = smallnorb.training_pipeline(x_train, y_train, batch_size, seed=args.seed)
         test_ds = smallnorb.test_pipeline(x_test, y_test, batch_size)
-        return train_ds, test_ds, len(x_train), len(x_test)
+        spec = {"input_shape": (32, 32, 2), "class_names": smallnorb.CLASS_NAMES, "rescale": None}
+        return train_ds, test_ds, len(x_train), len(x_test), spec
+    from keras_capsules import datasets
     from keras_capsules.datasets import mnist
 
-    (x_train, y_train), (x_test, y_test) = mnist.load_data(args.data_dir)
+    data = getattr(datasets, args.data.replace("-", "_"))
+    (x_train, y_train), (x_test, y_test) = data.load_data(args.data_dir)
     x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
     x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
     _check_not_empty(args, x_train, x_test)
     train_ds = mnist.training_pipeline(
         x_train, y_train, batch_size=batch_size, max_shift=args.max_shift, seed=args.seed
     )
-    return train_ds, (x_test[..., None], y_test), len(x_train), len(x_test)
+    names = getattr(data, "CLASS_NAMES", tuple(str(digit) for digit in range(10)))
+    spec = {"input_shape": (28, 28, 1), "class_names": tuple(names), "rescale": 1.0 / 255.0}
+    return train_ds, (x_test[..., None], y_test), len(x_train), len(x_test), spec
 
 
 def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initial_epoch=0):
@@ -307,7 +458,7 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
     if _training.usable_backup(backup_dir):
         print(f"Resuming the interrupted run from {backup_dir}", flush=True)
     callbacks = _training.fit_callbacks(args.output)
-    if args.model in MATRIX_MODELS:
+    if args.model == "matrix-capsnet":
         steps = args.epochs * -(-train_count // batch_size)
         callbacks.append(SpreadMarginSchedule(0.2, 0.9, steps=steps))
     counter = _training.finite_loss_counter()
@@ -344,8 +495,14 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
 def run(args):
     """Run `keras-capsules train` with parsed arguments; return the exit status."""
     resolve_defaults(args)
-    if args.model in MATRIX_MODELS:
+    if args.model == "matrix-capsnet":
         _em_settings(args)
+    summary = None
+    if args.images is not None:  # every image checked before anything is written
+        try:
+            summary = check_image_folder(args)
+        except ValueError as error:
+            raise SystemExit(f"keras-capsules train: {error}") from None
     worker_folder = _worker_folder(args)
     if worker_folder is not None:
         args.output = worker_folder
@@ -353,7 +510,7 @@ def run(args):
     check_writable(args.output)  # before training, not after it
     with _training.locked(args.output):  # one run at a time in a folder
         try:
-            return _run(args)
+            return _run(args, summary)
         except OSError as error:  # a full disk, a folder gone: one line, the backup kept
             where = error.filename or args.output
             raise SystemExit(
@@ -400,7 +557,7 @@ def _worker_folder(args):
     return None if index == 0 else os.path.join(args.output, f".worker-{index}")
 
 
-def _run(args):
+def _run(args, summary):
     import keras
 
     from applications._defaults import compile_again
@@ -420,7 +577,7 @@ def _run(args):
         with scope as engine:
             if args.seed is not None:
                 keras.utils.set_random_seed(args.seed)
-            dataset, test, train_count, test_count = _datasets(args, batch_size)
+            dataset, test, train_count, test_count, spec = _datasets(args, batch_size, summary)
             write_json(
                 os.path.join(args.output, "run.json"), {"options": _training.run_config(args)}
             )
@@ -435,7 +592,7 @@ def _run(args):
                 print(f"Continuing the finished run from epoch {finished + 1}", flush=True)
                 model = load_model(os.path.join(args.output, "model.keras"))
             else:
-                model = _build_model(args, steps_per_epoch=-(-train_count // batch_size))
+                model = _build_model(args, -(-train_count // batch_size), spec)
             steps_per_execution = 1 if _multi_process(args) else args.steps_per_execution
             if steps_per_execution not in (None, model.steps_per_execution):
                 compile_again(model, steps_per_execution=steps_per_execution)

@@ -1,8 +1,8 @@
 """`keras-capsules tune`: search hyperparameters with keras-tuner, on one machine or several.
 
-    keras-capsules tune capsnet-mnist --tuner hyperband --max-trials 20 --output runs/tune
-    keras-capsules tune capsnet-mnist --chief --oracle 10.0.0.1:8000 --output runs/tune
-    keras-capsules tune capsnet-mnist --worker w1 --oracle 10.0.0.1:8000 --output runs/tune
+    keras-capsules tune capsnet --tuner hyperband --max-trials 20 --output runs/tune
+    keras-capsules tune capsnet --chief --oracle 10.0.0.1:8000 --output runs/tune
+    keras-capsules tune capsnet --worker w1 --oracle 10.0.0.1:8000 --output runs/tune
 
 The search is `keras_capsules.tuning`'s (`create_tuner`, the hypermodels); a
 chief runs the oracle for remote workers, which run the trials.
@@ -23,7 +23,7 @@ from keras_capsules.cli._types import positive_int
 from keras_capsules.cli.train import BATCH_SIZES
 
 DEFAULT_ORACLE = "127.0.0.1:8000"
-MODELS = ("capsnet-mnist", "matrix-capsnet-mnist")
+MODELS = ("capsnet", "matrix-capsnet")
 ENVIRONMENT = ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT")
 
 
@@ -87,7 +87,7 @@ def _add_data_options(group):
         "--batch-size",
         type=positive_int,
         default=None,
-        help="100 for capsnet-mnist, 32 for the EM model",
+        help="100 for capsnet, 32 for the EM model",
     )
 
 
@@ -241,7 +241,7 @@ def _hypermodel(args):
     from keras_capsules.tuning import CapsNetHyperModel
     from keras_capsules.tuning import MatrixCapsNetHyperModel
 
-    if args.model == "capsnet-mnist":
+    if args.model == "capsnet":
         return CapsNetHyperModel(input_shape=(28, 28, 1), num_classes=10, batch_size=100)
     return MatrixCapsNetHyperModel(
         input_shape=(28, 28, 1), num_classes=10, rescale=1.0 / 255.0, batch_size=32

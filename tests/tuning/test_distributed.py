@@ -55,7 +55,7 @@ class Search:
         self.start = time.time()
 
     def launch(self, name, *role, epochs=1):
-        args = ["tune", "capsnet-mnist", "--tuner", "random", "--max-trials", "3"]
+        args = ["tune", "capsnet", "--tuner", "random", "--max-trials", "3"]
         args += ["--max-epochs", str(epochs), "--output", self.output, "--seed", "0"]
         # A lease far above the heartbeat: a loaded CI machine can delay heartbeats
         # by seconds, and a trial must be declared lost only when its worker died.

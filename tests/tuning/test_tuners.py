@@ -313,7 +313,7 @@ def test_tune_command_rejects_bad_arguments(args, message, tmp_path, monkeypatch
     for name in ("KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT", "KERASTUNER_TUNER_ID"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["tune", "capsnet-mnist", "--output", str(tmp_path), *args])
+        cli.main(["tune", "capsnet", "--output", str(tmp_path), *args])
     # The command's own message, or argparse's usage error naming the argument.
     assert re.search(message, f"{exit_info.value.code} {capsys.readouterr().err}")
 
@@ -322,7 +322,7 @@ def test_tune_command_refuses_to_mix_searches_and_names_a_torn_state(tmp_path, m
     for name in ("KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT", "KERASTUNER_TUNER_ID"):
         monkeypatch.delenv(name, raising=False)
     output = str(tmp_path / "tune")
-    search = ["tune", "capsnet-mnist", "--tuner", "random", "--max-epochs", "1", "--seed", "0"]
+    search = ["tune", "capsnet", "--tuner", "random", "--max-epochs", "1", "--seed", "0"]
     search += ["--output", output, "--train-size", "200", "--test-size", "100", "--verbose", "0"]
     search += ["--validation-split", "0.25", "--batch-size", "50"]
     search += ["--fixed", "conv_filters=8", "--fixed", "primary_capsule_types=2"]
