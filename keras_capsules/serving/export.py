@@ -191,8 +191,10 @@ def export_saved_model(
     infinite pixels are refused.
 
     - `serving_default` returns `probabilities` (float32, `(batch, classes)`:
-      capsule lengths or activations), `classes` (int64, the predicted class)
-      and `poses` (float32, the class capsules), when the model has them.
+      capsule lengths or activations), `classes` (int64, the predicted class),
+      `labels` (string, its name from the model's `class_names`, or its index
+      as text) and `poses` (float32, the class capsules), when the model has
+      them.
       Outputs that are not finite (pixels far outside the range the model
       was trained on) fail in the graph, as bad pixels do.
     - `reconstruct` (models with a `decoder`, such as `CapsNetMNIST`) returns
@@ -305,13 +307,22 @@ def _finite(tf, tensor):
 def _predict_function(tf, model, image_shape, output_kind):
     """The `serving_default` function: `probabilities`, `classes` and `poses` of `images`."""
     checked = _image_check(tf, image_shape)
+    class_names = getattr(model, "class_names", None)
+    names = None if class_names is None else tf.constant(list(class_names))
 
     def predict(images):
         probabilities, poses = _heads(tf, model(checked(images), training=False))
         if output_kind == "logits":
             probabilities = tf.nn.softmax(tf.cast(probabilities, tf.float32), axis=-1)
         probabilities = _finite(tf, probabilities)
-        result = {"probabilities": probabilities, "classes": tf.argmax(probabilities, axis=-1)}
+        classes = tf.argmax(probabilities, axis=-1)
+        result = {
+            "probabilities": probabilities,
+            "classes": classes,
+            "labels": tf.gather(names, classes)
+            if names is not None
+            else tf.strings.as_string(classes),
+        }
         if poses is not None:
             result["poses"] = _finite(tf, poses)
         return result
@@ -333,6 +344,11 @@ def _serving_archive(tf, model, image_shape, predict):
     if pixel_range is not None:  # the server refuses pixels outside it
         archive.add_variable_collection(
             "pixel_range", [tf.Variable(pixel_range, dtype=tf.float32, trainable=False)]
+        )
+    class_names = getattr(model, "class_names", None)
+    if class_names:  # the server's metadata names the classes
+        archive.add_variable_collection(
+            "class_names", [tf.Variable(list(class_names), dtype=tf.string, trainable=False)]
         )
     archive.add_endpoint(
         SERVING_SIGNATURE, tf.function(predict, input_signature=[image_spec], autograph=False)

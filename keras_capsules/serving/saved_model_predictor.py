@@ -67,6 +67,7 @@ class SavedModelPredictor(kserve.Model):
         self.version = None
         self.image_shape = None
         self.pixel_range = None
+        self.class_names = None
         self.check_range = bool(check_range)
         self._signatures = {}
 
@@ -83,6 +84,9 @@ class SavedModelPredictor(kserve.Model):
                 "with `keras-capsules export` or `keras_capsules.serving.export_saved_model`."
             )
         self.image_shape = tuple(int(d) for d in shape_variables[0].numpy())
+        names = getattr(loaded, "class_names", None)
+        if names:
+            self.class_names = [name.decode("utf-8") for name in names[0].numpy()]
         range_variables = getattr(loaded, "pixel_range", None)
         if range_variables:
             self.pixel_range = tuple(float(v) for v in range_variables[0].numpy())
@@ -253,7 +257,7 @@ class SavedModelPredictor(kserve.Model):
             outputs = signature(**tensors)
         except tf.errors.InvalidArgumentError as error:
             raise InvalidInput(_assert_message(error)) from None
-        outputs = {k: v.numpy() for k, v in outputs.items()}
+        outputs = {k: _numpy(v) for k, v in outputs.items()}
         for value in outputs.values():
             # Models exported before the graph checked its outputs: never a 200 with null.
             if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
@@ -327,8 +331,17 @@ class SavedModelPredictor(kserve.Model):
             "metadata": {
                 "signature_def": {"signature_def": signatures},
                 "image_shape": list(self.image_shape),
+                "class_names": self.class_names,
             },
         }
+
+
+def _numpy(tensor):
+    """A tensor as a NumPy array; strings (the class labels) decoded from UTF-8."""
+    value = tensor.numpy()
+    if value.dtype == object:
+        value = np.char.decode(value.astype(np.bytes_), "utf-8")
+    return value
 
 
 def _tensor_info(name, spec):

@@ -67,11 +67,14 @@ def test_serving_default_reproduces_the_keras_model(capsnet_export):
     model, path, x = capsnet_export
     served = signatures(path)["serving_default"](images=tf.constant(x))
     expected = model.predict_outputs(x, verbose=0)
-    assert set(served) == {"probabilities", "classes", "poses"}
+    assert set(served) == {"probabilities", "classes", "labels", "poses"}
     np.testing.assert_allclose(served["probabilities"], expected["probabilities"], atol=1e-5)
     np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
     assert served["classes"].dtype == tf.int64
     np.testing.assert_array_equal(served["classes"], expected["probabilities"].argmax(-1))
+    # CapsNetMNIST's classes are the digits: each label is the class's name.
+    labels = [model.class_names[c] for c in expected["probabilities"].argmax(-1)]
+    assert [label.decode() for label in served["labels"].numpy()] == labels
 
 
 @requires_tensorflow
@@ -199,7 +202,7 @@ def test_loads_without_keras_capsules(capsnet_export, tmp_path):
 def test_matrix_capsnet_norb_contract(tmp_path):
     import tensorflow as tf
 
-    model = applications.MatrixCapsNetNORB(**TINY_EM)
+    model = applications.MatrixCapsNet(**TINY_EM)
     x = np.random.default_rng(3).normal(size=(5, 20, 20, 2)).astype("float32")
     found = signatures(export_saved_model(model, str(tmp_path / "norb"), verbose=False))
     assert set(found) == {"serving_default"}  # no decoder, no reconstruction signature
@@ -221,7 +224,7 @@ def test_efficient_capsnet_contract(efficient_capsnet_export):
     assert set(found) == {"serving_default", "reconstruct", "reconstruct_capsule"}
     served = found["serving_default"](images=tf.constant(x))
     expected = {k: v.numpy() for k, v in model(x, training=False).items()}  # no predict trace
-    assert set(served) == {"probabilities", "classes", "poses"}
+    assert set(served) == {"probabilities", "classes", "labels", "poses"}
     np.testing.assert_allclose(served["probabilities"], expected["probabilities"], atol=1e-5)
     np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
     np.testing.assert_array_equal(served["classes"], expected["probabilities"].argmax(-1))

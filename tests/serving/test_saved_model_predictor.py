@@ -87,6 +87,8 @@ def test_an_efficient_capsnet_is_served_as_capsnet_mnist_is(efficient_capsnet_ex
         [p["probabilities"] for p in predictions], expected["probabilities"], atol=1e-5
     )
     assert [p["classes"] for p in predictions] == expected["probabilities"].argmax(-1).tolist()
+    # A model without class names labels each row with its class index, as text.
+    assert [p["labels"] for p in predictions] == [str(p["classes"]) for p in predictions]
     request = {
         "signature_name": "reconstruct_capsule",
         "instances": [{"images": x[i].tolist(), "capsules": c} for i, c in enumerate([7, 2])],
@@ -164,3 +166,31 @@ def test_a_unit_range_model_takes_pngs_scaled_to_its_range(capsnet_export):
     answer = asyncio.run(predictor.predict({"instances": [{"b64": png}]}))
     expected = model.predict(pixels[None].astype("float32") / 255.0, verbose=0)
     np.testing.assert_allclose(answer["predictions"][0]["probabilities"], expected[0], atol=1e-5)
+
+
+def test_class_names_travel_to_the_servers_answers_and_metadata(tmp_path):
+    import applications
+    from keras_capsules.serving import export_saved_model
+    from keras_capsules.serving.saved_model_predictor import SavedModelPredictor
+
+    names = ["circle", "square", "triangle"]
+    model = applications.CapsNet(
+        input_shape=(12, 12, 3),
+        class_names=names,
+        conv_filters=4,
+        conv_kernel_size=3,
+        primary_capsule_types=2,
+        primary_kernel_size=3,
+        decoder_units=None,
+    )
+    path = export_saved_model(model, str(tmp_path / "shapes"), verbose=False)
+    served = SavedModelPredictor("shapes", path)
+    served.load()
+    x = np.random.default_rng(4).integers(0, 256, (5, 12, 12, 3)).astype("float32")
+    rows = predict(served, x)["predictions"]
+    classes = model.predict(x, verbose=0).argmax(-1)
+    assert [row["labels"] for row in rows] == [names[c] for c in classes]
+    assert [row["classes"] for row in rows] == classes.tolist()
+    assert served.metadata()["metadata"]["class_names"] == names
+    columns = asyncio.run(served.predict({"inputs": x.tolist()}))["outputs"]
+    assert columns["labels"] == [names[c] for c in classes]
