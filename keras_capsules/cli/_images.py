@@ -1,5 +1,7 @@
 """The test images `figures` and `explore` draw from, chosen by the model's input size.
 
+With `--images DIR` (one subfolder of images per class, named as the model's
+classes), they are those images, resized to the model's input; otherwise
 28x28 models get the MNIST test set (or their preset's data set, such as
 Fashion-MNIST), 36x36 models the MultiMNIST test set, and 40x40 models the
 MNIST test digits placed on a 40x40 canvas (`affine.expand`).
@@ -23,6 +25,8 @@ def test_images(model, args, command, data=None):
     from keras_capsules.datasets import multimnist
 
     size = tuple(getattr(model, "image_shape", model.input_shape[1:]))
+    if getattr(args, "images", None) is not None:
+        return (*folder_images(model, args.images, command), None)
     if size == (28, 28, 1):
         _, (x_test, y_test) = getattr(datasets, data or "mnist").load_data(args.data_dir)
         return x_test, y_test, None
@@ -33,15 +37,66 @@ def test_images(model, args, command, data=None):
     if size == (40, 40, 1):
         images, _ = affine.expand(x_test, seed=args.seed)
         return images, y_test, None
-    fail(f"no test images for a model of input shape {size}: it needs 28, 36 or 40 px", command)
+    fail(
+        f"no test images for a model of input shape {size}: pass --images DIR, a folder of "
+        "its classes' images (models of 28, 36 or 40 grey pixels have MNIST's)",
+        command,
+    )
+
+
+def folder_images(model, folder, command, limit=2000):
+    """`(images, labels)`: up to `limit` images of `folder`'s class subfolders at the model's size.
+
+    The labels are the model's class indices of the folders' names; a folder
+    the model has no class for ends the command.
+    """
+    import numpy as np
+
+    from keras_capsules._class_names import class_name
+    from keras_capsules.datasets import image_folder
+
+    height, width, channels = model.image_shape
+    if channels not in (1, 3):
+        fail(f"--images needs a model of grey or RGB images, not {channels} channels", command)
+    try:
+        summary = image_folder.check_folder(
+            folder, image_size=(height, width), color_mode="grayscale" if channels == 1 else "rgb"
+        )
+    except ValueError as error:
+        fail(str(error), command)
+    names = [class_name(model, index) for index in range(model.num_classes)]
+    unknown = [name for name in summary.class_names if name not in names]
+    if unknown:
+        fail(
+            f"{folder} has class folders the model does not know: {', '.join(unknown[:5])}. "
+            f"The model's classes: {', '.join(names)}",
+            command,
+        )
+    dataset, _ = image_folder.load_folder(summary, batch_size=64, seed=0)
+    images, labels = [], []
+    for x, y in dataset.take(-(-limit // 64)):
+        images.append(np.asarray(x))
+        labels.append(np.asarray(y))
+    order = np.array([names.index(name) for name in summary.class_names])
+    images = np.clip(np.concatenate(images)[:limit], 0, 255)
+    return images, order[np.concatenate(labels)[:limit]]
 
 
 def add_test_image_arguments(parser):
     """`--data-dir`, `--seed` and `--overlay`: where the test images come from."""
     from keras_capsules.cli._types import data_dir
+    from keras_capsules.cli._types import image_folder_argument
 
     parser.add_argument(
         "--data-dir", type=data_dir, default=None, help="folder of the MNIST IDX files"
     )
     parser.add_argument("--seed", type=int, default=1, help="MultiMNIST / canvas test seed")
     parser.add_argument("--overlay", choices=("sum", "max"), default="sum", help="MultiMNIST")
+    parser.add_argument(
+        "--images",
+        type=image_folder_argument,
+        default=None,
+        metavar="DIR",
+        help="draw from a folder with one subfolder of images per class, named as the model's "
+        "classes (a model trained with train --images)",
+    )

@@ -46,11 +46,11 @@ def check_dpi(dpi):
 
 
 def check_model(model, needs_decoder=True):
-    """Raise unless `model` looks like `applications.CapsNetMNIST`."""
+    """Raise unless `model` looks like `applications.CapsNet`."""
     for attribute in ("predict", "decode", "image_shape", "num_classes"):
         if not hasattr(model, attribute):
             raise ValueError(
-                "`model` must be a capsule network like applications.CapsNetMNIST "
+                "`model` must be a capsule network like applications.CapsNet "
                 f"(with `{attribute}`). Received: model={type(model).__name__}"
             )
     if needs_decoder and getattr(model, "decoder", None) is None:

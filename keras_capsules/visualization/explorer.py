@@ -10,6 +10,7 @@ Gradio is an optional dependency: `pip install "keras-capsules[explore]"`.
 
 import numpy as np
 
+from keras_capsules._class_names import class_name
 from keras_capsules.visualization import _common
 
 SLIDER_RANGE = 0.25
@@ -58,7 +59,8 @@ def prepare_drawing(drawing, image_shape=(28, 28, 1)):
             (RGBA with transparent background, what Gradio's sketchpad
             gives), or Gradio's editor value (a dict with `"composite"`).
             Strokes are dark on light or opaque on transparent.
-        image_shape: the model's input shape, one channel.
+        image_shape: the model's input shape; a colour model gets the
+            strokes in every channel.
 
     Returns:
         uint8 `image_shape`, or `None` when nothing is drawn.
@@ -96,7 +98,8 @@ def prepare_drawing(drawing, image_shape=(28, 28, 1)):
     top = int(np.clip(round((height - 1) / 2 - cy), 0, height - new_h))
     left = int(np.clip(round((width - 1) / 2 - cx), 0, width - new_w))
     canvas[top : top + new_h, left : left + new_w] = ink
-    return np.round(canvas * 255).astype("uint8")[..., None]
+    channels = image_shape[2] if len(image_shape) > 2 else 1
+    return np.repeat(np.round(canvas * 255).astype("uint8")[..., None], channels, axis=-1)
 
 
 def _bound_sketchpad(gr, sketchpad):
@@ -140,7 +143,7 @@ class _Session:
     def __init__(self, model):
         _common.check_model(model)
         self.model = model
-        self.class_names = [str(c) for c in range(model.num_classes)]
+        self.class_names = [class_name(model, c) for c in range(model.num_classes)]
 
     def encode(self, image):
         """`(lengths dict, poses (classes, dim), winner)` of one image in [0, 255]."""
@@ -155,15 +158,16 @@ class _Session:
         poses = np.array(poses, dtype="float32", copy=True)
         poses[capsule] += np.asarray(deltas, dtype="float32")
         image = self.model.decode(poses[None], labels=np.array([capsule], "int32"))[0]
-        return np.round(np.clip(image[..., 0], 0.0, 1.0) * 255).astype("uint8")
+        image = np.round(np.clip(image, 0.0, 1.0) * 255).astype("uint8")
+        return image[..., 0] if image.shape[-1] == 1 else image  # grey (h, w) or RGB
 
 
 def _display(image, scale=8):
-    """A uint8 `(h, w[, 1])` image enlarged `scale` times (nearest), for crisp display."""
+    """A uint8 `(h, w[, c])` image enlarged `scale` times (nearest), grey `(h, w)` or RGB."""
     image = np.asarray(image)
     if image.ndim == 3:
-        image = image[..., 0]
-    return np.kron(image, np.ones((scale, scale), dtype=image.dtype))
+        image = image[..., 0] if image.shape[-1] == 1 else image[..., :3]
+    return np.repeat(np.repeat(image, scale, axis=0), scale, axis=1)
 
 
 def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
@@ -223,7 +227,9 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
             index.change(pick, index, shown, show_progress="hidden", trigger_mode="always_last")
             app.load(pick, index, shown, show_progress="hidden")
             if labels is not None:
-                describe = lambda i: f"label: **{int(labels[int(i)])}**"  # noqa: E731
+                names = session.class_names
+                last = len(images) - 1
+                describe = lambda i: f"label: **{names[labels[min(int(i), last)]]}**"  # noqa: E731
                 index.change(describe, index, label_box, show_progress="hidden")
                 app.load(describe, index, label_box, show_progress="hidden")
         use_drawing.click(draw, sketch, shown, show_progress="hidden")
@@ -253,7 +259,7 @@ def _callbacks(gr, session, model, images, capsule_dim):
         )
 
     def pick(index):
-        return show_image(images[int(index)])
+        return show_image(images[min(int(index), len(images) - 1)])
 
     def draw(drawing):
         image = prepare_drawing(drawing, model.image_shape)
@@ -278,7 +284,9 @@ def _input_column(gr, images, labels, height, width):
     with gr.Column(scale=1):
         if images is not None:
             caption = "Test image" if labels is None else "Test image (label below)"
-            index = gr.Slider(0, len(images) - 1, value=0, step=1, label=caption, elem_id="index")
+            # Gradio wants a range: one image gets a slider to 1, read as image 0.
+            top = max(len(images) - 1, 1)
+            index = gr.Slider(0, top, value=0, step=1, label=caption, elem_id="index")
             label_box = gr.Markdown(elem_id="label")
         sketch = gr.Sketchpad(
             label="…or draw a digit",
@@ -306,7 +314,10 @@ def _capsule_column(gr, session, num_classes):
             elem_id="lengths",
         )
         capsule = gr.Dropdown(
-            session.class_names, value="0", label="Capsule to perturb", elem_id="capsule"
+            [(name, str(index)) for index, name in enumerate(session.class_names)],
+            value="0",
+            label="Capsule to perturb",
+            elem_id="capsule",
         )
         reconstruction = gr.Image(
             label="Reconstruction",

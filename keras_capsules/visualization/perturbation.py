@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from keras_capsules._class_names import class_name
 from keras_capsules._validation import is_int
 from keras_capsules.visualization import _common
 
@@ -124,7 +125,7 @@ def perturbation_grid(
     )
     ax = axes[0, 0]
     _common.show(ax, mosaic)
-    ax.set_title(f"capsule {label}: one dimension tweaked per row", fontsize=8)
+    ax.set_title(f"capsule {class_name(model, label)}: one dimension tweaked per row", fontsize=8)
     ax.set_xticks(np.arange(cols) * (width + GAP) + (width - 1) / 2)
     ax.set_xticklabels([f"{round(s, 6) + 0.0:+.2f}" for s in steps], fontsize=6)
     ax.set_yticks(np.arange(rows) * (height + GAP) + (height - 1) / 2)

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from keras_capsules._class_names import class_name
 from keras_capsules.visualization import _common
 
 
@@ -47,10 +48,10 @@ def reconstruction_grid(model, x, labels=None, path=None, cell_inches=1.0, dpi=1
     inputs = _common.to_display(x / 255.0)
     outputs = _common.to_display(reconstructions)
     for i in range(len(x)):
-        title = f"pred {predicted[i]}"
+        title = f"pred {class_name(model, predicted[i])}"
         _common.show(axes[0, i], inputs[i], title)
         decoded = predicted[i] if labels is None else labels[i]
-        _common.show(axes[1, i], outputs[i], f"from {decoded}")
+        _common.show(axes[1, i], outputs[i], f"from {class_name(model, decoded)}")
     axes[0, 0].set_ylabel("input", fontsize=7)
     axes[1, 0].set_ylabel("reconstruction", fontsize=7)
     return _common.save(figure, path)

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from keras_capsules._class_names import class_name
 from keras_capsules._validation import is_int
 from keras_capsules.visualization import _common
 
@@ -117,14 +118,18 @@ def routing_heatmap(
     cols = min(panels, max_cols)
     rows = -(-panels // cols)
     figure, axes = _common.new_figure(rows, cols, cell_inches, dpi)
-    _common.show(axes.flat[0], _common.to_display(image / 255.0)[0], f"input, pred {predicted}")
+    _common.show(
+        axes.flat[0],
+        _common.to_display(image / 255.0)[0],
+        f"input, pred {class_name(model, predicted)}",
+    )
     selected = maps[..., classes]
     vmin, vmax = float(selected.min()), float(selected.max())
     if vmax <= vmin:
         vmax = vmin + 1e-6
     for ax, k in zip(axes.flat[1:], classes):
         shown = ax.imshow(maps[..., k], cmap="viridis", vmin=vmin, vmax=vmax)
-        ax.set_title(f"class {k} (|v| {lengths[k]:.2f})", fontsize=7)
+        ax.set_title(f"{class_name(model, k)} (|v| {lengths[k]:.2f})", fontsize=7)
     for ax in axes.flat[panels:]:
         ax.set_axis_off()
     figure.colorbar(shown, ax=list(axes.flat), shrink=0.8, label=f"coupling ({reduce})")

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from keras_capsules._class_names import class_name
 from keras_capsules.visualization import _common
 
 
@@ -74,7 +75,7 @@ def routing_statistics_plot(model, images, labels=None, path=None, dpi=100, batc
 
         classes = sorted(details["class_agreement"])
         values = [details["class_agreement"][c][0] for c in classes]
-        agreement.bar([str(c) for c in classes], values, color="tab:purple")
+        agreement.bar([class_name(model, c) for c in classes], values, color="tab:purple")
         agreement.set_ylim(0, 1)
         agreement.set_yticks([0, 0.5, 1])
         agreement.set_xlabel("class", fontsize=8)

@@ -287,3 +287,24 @@ def test_explorer_page_reconstruction_follows_a_slider(tmp_path, mnist_data, chr
         process.terminate()
         process.wait(timeout=30)
         log.close()
+
+
+def test_a_colour_model_with_class_names_is_explored_by_name():
+    model = applications.CapsNet(
+        input_shape=(20, 24, 3),
+        class_names=["cat", "dog"],
+        conv_filters=8,
+        primary_capsule_types=2,
+        decoder_units=(16,),
+        compile=False,
+    )
+    session = _Session(model)
+    image = np.random.default_rng(0).integers(0, 256, (20, 24, 3)).astype("float32")
+    lengths, poses, winner = session.encode(image)
+    assert list(lengths) == ["cat", "dog"]
+    decoded = session.decode(poses, winner, np.zeros(16))
+    assert decoded.shape == (20, 24, 3) and decoded.dtype == np.uint8
+    drawn = prepare_drawing(stroke_canvas(), model.image_shape)
+    assert drawn.shape == (20, 24, 3) and np.array_equal(drawn[..., 0], drawn[..., 2])
+    pytest.importorskip("gradio")
+    build_explorer(model, image[None], np.array([1]))

@@ -78,3 +78,35 @@ def test_bad_requests_are_clear_errors(tmp_path):
         cli.main(["figures", model, "--kind", "dimensions", "--dims", "99", "--output", out])
     with pytest.raises(SystemExit, match="no model at"):
         cli.main(["figures", str(tmp_path / "missing.keras")])
+
+
+def test_a_colour_model_of_another_size_draws_from_a_folder_of_its_classes(tmp_path, capsys):
+    from PIL import Image
+
+    import applications
+
+    folder = tmp_path / "images"
+    rng = np.random.default_rng(0)
+    for name in ("cat", "dog"):
+        (folder / name).mkdir(parents=True)
+        for i in range(4):
+            pixels = rng.integers(0, 256, (18, 22, 3)).astype("uint8")
+            Image.fromarray(pixels).save(folder / name / f"{i}.png")
+    model = applications.CapsNet(
+        input_shape=(20, 24, 3),
+        class_names=["cat", "dog"],
+        conv_filters=8,
+        conv_kernel_size=5,
+        primary_capsule_types=2,
+        primary_kernel_size=5,
+        decoder_units=(16,),
+    )
+    path = tmp_path / "pets.keras"
+    model.save(path)
+    out = tmp_path / "figs"
+    args = ["figures", str(path), "--images", str(folder), "--output", str(out), "--dpi", "40"]
+    assert cli.main(args + ["--count", "3", "--sample", "8"]) == 0
+    kinds = ("reconstructions", "dimensions", "routing", "routing_statistics")
+    check_written([out / f"{kind}.png" for kind in kinds], capsys.readouterr().out)
+    with pytest.raises(SystemExit, match="pass --images DIR"):
+        cli.main(["figures", str(path), "--output", str(out)])
