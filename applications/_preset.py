@@ -163,23 +163,20 @@ def load_preset(cls, preset, **kwargs):
             f"The preset {preset!r} holds a {stored_name}, not a {cls.__name__}: load it with "
             f"applications.{stored_name}.from_preset({preset!r})."
         )
-    stored_config = config["config"]
+    own = config["config"]
     if not any(key in kwargs for key in _RESHAPING):
-        model = stored.from_config({**stored_config, **kwargs})
+        model = stored.from_config({**own, **kwargs})
         _load_weights(model, weights)
         return model
-    # Classes given by one of the two: the preset's value of the other described its own.
-    if "num_classes" in kwargs and "class_names" not in kwargs:
-        stored_config = {**stored_config, "class_names": None}
-    if "class_names" in kwargs and "num_classes" not in kwargs:
-        stored_config = {**stored_config, "num_classes": None}
-    model = stored.from_config({**stored_config, **kwargs})
-    own = config["config"]
-    new_classes = model.num_classes != own.get("num_classes") or (
-        "class_names" in kwargs
-        and list(model.class_names or []) != list(own.get("class_names") or [])
-    )
-    source = stored.from_config({**config["config"], "compile": False})
+    replaced = {**own, **kwargs}
+    # Classes given by count or by names alone: the preset's other value described its own.
+    for given, other in (("num_classes", "class_names"), ("class_names", "num_classes")):
+        if given in kwargs and other not in kwargs:
+            replaced[other] = None
+    model = stored.from_config(replaced)
+    same_names = list(model.class_names or []) == list(own.get("class_names") or [])
+    new_classes = model.num_classes != own.get("num_classes") or not same_names
+    source = stored.from_config({**own, "compile": False})
     _load_weights(source, weights)
     model.preset_layers = tuple(transfer_weights(source, model, new_head=new_classes))
     return model
