@@ -19,7 +19,10 @@ class MatrixCapsNetNORB(MatrixCapsNet):
     by default). For other images or classes use `MatrixCapsNet`.
 
     Args:
-        A, B, C, D: the layers' sizes, as `MatrixCapsNet`'s (32 each).
+        A: Conv1's filters, as `MatrixCapsNet`'s (32).
+        B: primary capsule types (32).
+        C: ConvCaps1's capsule types (32).
+        D: ConvCaps2's capsule types (32).
         rescale: `None` (default): the inputs come standardised, as the
             smallNORB pipelines give them.
         **kwargs: `MatrixCapsNet`'s other arguments but `input_shape`,
