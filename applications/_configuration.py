@@ -1,21 +1,36 @@
 """The papers' configurations of an architecture: classes that fix some of its arguments."""
 
 
-def fixed_configuration(model, kwargs, architecture):
-    """`kwargs` with `model.CONFIGURATION` added; a `ValueError` if they set any of it.
+class PaperConfiguration:
+    """A mixin before an architecture class whose `CONFIGURATION` arguments are fixed.
 
-    `architecture` names the class that takes those arguments, for the message.
+    The subclass calls `super().__init__(**self.configured(kwargs))`: the
+    fixed arguments are added, and given ones refused with a `ValueError`
+    naming `ARCHITECTURE`, the class that takes them. Its config leaves them
+    out, so that `from_config` builds it again.
     """
-    given = sorted(set(kwargs) & set(model.CONFIGURATION))
-    if given:
-        fixed = ", ".join(
-            f"{len(value)} class names" if key == "class_names" else f"{key}={value!r}"
-            for key, value in model.CONFIGURATION.items()
-        )
-        raise ValueError(
-            f"{type(model).__name__} is the paper's configuration ({fixed}), so it takes no "
-            f"{', '.join(f'`{key}`' for key in given)}. For other images or classes use "
-            f"applications.{architecture}. Received: "
-            + ", ".join(f"{key}={kwargs[key]!r}" for key in given)
-        )
-    return {**kwargs, **model.CONFIGURATION}
+
+    CONFIGURATION = {}
+    ARCHITECTURE = None
+
+    def configured(self, kwargs):
+        """`kwargs` with `CONFIGURATION` added; a `ValueError` if they set any of it."""
+        given = sorted(set(kwargs) & set(self.CONFIGURATION))
+        if given:
+            fixed = ", ".join(
+                f"{len(value)} class names" if key == "class_names" else f"{key}={value!r}"
+                for key, value in self.CONFIGURATION.items()
+            )
+            raise ValueError(
+                f"{type(self).__name__} is the paper's configuration ({fixed}), so it takes no "
+                f"{', '.join(f'`{key}`' for key in given)}. For other images or classes use "
+                f"applications.{self.ARCHITECTURE}. Received: "
+                + ", ".join(f"{key}={kwargs[key]!r}" for key in given)
+            )
+        return {**kwargs, **self.CONFIGURATION}
+
+    def get_config(self):
+        config = super().get_config()
+        for key in self.CONFIGURATION:
+            config.pop(key)
+        return config

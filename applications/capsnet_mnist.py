@@ -1,12 +1,12 @@
 import keras
 
 from applications._classes import DIGITS
-from applications._configuration import fixed_configuration
+from applications._configuration import PaperConfiguration
 from applications.capsnet import CapsNet
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsNetMNIST(CapsNet):
+class CapsNetMNIST(PaperConfiguration, CapsNet):
     """The paper's configuration of `CapsNet`: 28x28 grey digits, 10 classes, ready to `fit`.
 
     Conv1 (256 filters 9x9, ReLU) -> PrimaryCaps (32 types x 8D, 9x9 stride 2)
@@ -47,13 +47,8 @@ class CapsNetMNIST(CapsNet):
         arXiv:1710.09829.
     """
 
+    ARCHITECTURE = "CapsNet"
     CONFIGURATION = {"input_shape": (28, 28, 1), "num_classes": 10, "class_names": DIGITS}
 
     def __init__(self, name="capsnet_mnist", **kwargs):
-        super().__init__(**fixed_configuration(self, kwargs, "CapsNet"), name=name)
-
-    def get_config(self):
-        config = super().get_config()
-        for key in self.CONFIGURATION:
-            config.pop(key)
-        return config
+        super().__init__(**self.configured(kwargs), name=name)

@@ -1,12 +1,12 @@
 import keras
 
-from applications._configuration import fixed_configuration
+from applications._configuration import PaperConfiguration
 from applications.matrix_capsnet import MatrixCapsNet
 from keras_capsules.datasets.smallnorb import CLASS_NAMES
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNetNORB(MatrixCapsNet):
+class MatrixCapsNetNORB(PaperConfiguration, MatrixCapsNet):
     """The paper's configuration of `MatrixCapsNet`: smallNORB's 32x32 stereo pairs, 5 classes.
 
     Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types) -> ConvCaps1 (C
@@ -42,6 +42,7 @@ class MatrixCapsNetNORB(MatrixCapsNet):
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
     """
 
+    ARCHITECTURE = "MatrixCapsNet"
     CONFIGURATION = {"input_shape": (32, 32, 2), "num_classes": 5, "class_names": CLASS_NAMES}
 
     def __init__(
@@ -52,13 +53,7 @@ class MatrixCapsNetNORB(MatrixCapsNet):
             B,
             C,
             D,
-            **fixed_configuration(self, kwargs, "MatrixCapsNet"),
+            **self.configured(kwargs),
             rescale=rescale,
             name=name,
         )
-
-    def get_config(self):
-        config = super().get_config()
-        for key in self.CONFIGURATION:
-            config.pop(key)
-        return config
