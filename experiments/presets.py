@@ -154,11 +154,8 @@ def _build(recipe, steps_per_epoch):
 
     import applications
 
-    from keras_capsules import datasets
-
     arguments = dict(recipe["arguments"])
-    data = getattr(datasets, recipe["data"])
-    arguments["class_names"] = getattr(data, "CLASS_NAMES", [str(d) for d in range(10)])
+    arguments["class_names"] = _class_names(recipe)
     if "input_shape" in arguments:
         arguments["input_shape"] = tuple(arguments["input_shape"])
     if recipe.get("decay_every_epoch"):
@@ -169,6 +166,23 @@ def _build(recipe, steps_per_epoch):
             start, recipe["epochs"] * steps_per_epoch, end_learning_rate=end
         )
     return getattr(applications, recipe["model"])(**arguments)
+
+
+def _class_names(recipe):
+    """The names of the recipe's data set's classes (MNIST's: the digits)."""
+    from keras_capsules import datasets
+
+    data = getattr(datasets, recipe["data"])
+    return list(getattr(data, "CLASS_NAMES", [str(digit) for digit in range(10)]))
+
+
+def _with_class_names(model, recipe):
+    """`model`, rebuilt with its classes' names if a checkpoint from before names lacks them."""
+    if getattr(model, "class_names", None) is not None:
+        return model
+    named = type(model).from_config({**model.get_config(), "class_names": _class_names(recipe)})
+    named.set_weights(model.get_weights())
+    return named
 
 
 def _epoch_data(recipe, x, y, epoch):
@@ -338,6 +352,7 @@ def write_preset(args, recipe, model, progress):
 
     import keras_capsules
 
+    model = _with_class_names(model, recipe)
     _, (x_test, y_test) = _load(recipe)
     float32 = _test_accuracy(model, x_test, y_test)
     weights = [w.numpy() if hasattr(w, "numpy") else np.asarray(w) for w in model.weights]
