@@ -14,6 +14,7 @@ from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
 from applications._transfer import BackboneView
+from keras_capsules._validation import check_model_arguments
 from keras_capsules.layers import Length
 from keras_capsules.layers import Mask
 from keras_capsules.layers import ReconstructionDecoder
@@ -66,6 +67,7 @@ class CapsuleClassifier(
         class_loss=None,
         **kwargs,
     ):
+        check_model_arguments(self, kwargs)
         if scores is None:
             probabilities = Length(name="probabilities", dtype="float32")(poses)
         else:

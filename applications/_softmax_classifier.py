@@ -7,6 +7,7 @@ from applications._defaults import default_optimizer
 from applications._defaults import steps_per_execution
 from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
+from keras_capsules._validation import check_model_arguments
 
 
 class SoftmaxClassifier(PortableCompile, PortableExport, InputRangeCheck, keras.Model):
@@ -35,6 +36,7 @@ class SoftmaxClassifier(PortableCompile, PortableExport, InputRangeCheck, keras.
         name,
         **kwargs,
     ):
+        check_model_arguments(self, kwargs)
         super().__init__(inputs=images, outputs=probabilities, name=name, **kwargs)
         self.dtype_policy = policy
         self._config = {

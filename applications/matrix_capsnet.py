@@ -18,6 +18,7 @@ from applications._preset import PresetMixin
 from applications._transfer import BackboneView
 from keras_capsules import routing
 from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_model_arguments
 from keras_capsules._validation import is_int
 from keras_capsules._validation import is_number
 from keras_capsules.layers import ClassMatrixCapsule
@@ -206,6 +207,7 @@ class MatrixCapsNet(
             rescale=rescale,
             policy=policy,
         )
+        check_model_arguments(self, kwargs)
         super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
         # The model's own policy decides loss scaling in compile (mixed_float16).
         self.dtype_policy = policy

@@ -133,3 +133,40 @@ def _concrete(x):
         return np.asarray(ops.convert_to_numpy(x), dtype="float64")
     except Exception:  # a traced or symbolic tensor has no values yet
         return None
+
+
+MODEL_ARGUMENTS = ("trainable",)
+"""The `keras.Model` arguments a prebuilt model passes on besides its own (and `name`)."""
+
+
+def check_model_arguments(model, kwargs):
+    """Raise a `ValueError` naming each argument of `kwargs` that `model`'s class does not take.
+
+    What a prebuilt model hands to `keras.Model` must be one of
+    `MODEL_ARGUMENTS`; anything else is a misspelled or renamed argument,
+    which would otherwise be dropped in silence. The message names the
+    closest argument of the class's constructors.
+    """
+    import difflib
+    import inspect
+
+    unknown = sorted(set(kwargs) - set(MODEL_ARGUMENTS))
+    if not unknown:
+        return
+    known = set(MODEL_ARGUMENTS)
+    for cls in type(model).__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        for parameter in inspect.signature(init).parameters.values():
+            if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+                known.add(parameter.name)
+    known.discard("self")
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        hints.append(f"`{name}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
+    raise ValueError(
+        f"{type(model).__name__} got unknown argument(s): {', '.join(hints)}. "
+        f"Received: {', '.join(f'{name}={kwargs[name]!r}' for name in unknown)}"
+    )

@@ -221,3 +221,19 @@ def test_any_image_size_and_colour_with_class_names(tmp_path):
     loaded = keras.saving.load_model(path)
     assert loaded.class_names == ("cat", "dog") and loaded.get_config() == model.get_config()
     assert model.get_config()["class_names"] == ["cat", "dog"]
+
+
+@pytest.mark.parametrize(
+    "cls, kwargs, match",
+    [
+        ("CapsNet", {"primary_capsules": 4}, r"`primary_capsules` \(did you mean `primary_capsule"),
+        ("CapsNetMNIST", {"iteration": 2}, r"`iteration` \(did you mean `iterations`\?\)"),
+        ("EfficientCapsNet", {"decoder_unit": None}, r"did you mean `decoder_units`"),
+        ("MatrixCapsNet", {"b": 8}, r"unknown argument\(s\): `b`"),
+        ("BaselineCNN", {"filter": 3}, r"unknown argument\(s\): `filter`"),
+    ],
+)
+def test_unknown_arguments_are_refused_with_the_closest_known_one(cls, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        getattr(applications, cls)(**kwargs)
+    assert not getattr(applications, cls)(compile=False, trainable=False).trainable

@@ -289,3 +289,17 @@ def test_copy_of_a_shipped_preset_with_one_byte_altered_is_refused(tmp_path):
         f.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(ValueError, match="truncated or altered"):
         cls.from_preset(str(folder))
+
+
+def test_unknown_arguments_are_refused_in_a_preset_and_its_overrides(tmp_path):
+    _, folder = _saved(tmp_path)
+    with pytest.raises(ValueError, match=r"`conv_filter` \(did you mean `conv_filters`\?\)"):
+        applications.CapsNet.from_preset(folder, conv_filter=8)
+    config_path = os.path.join(folder, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    config["config"]["primary_capsules"] = 4  # a renamed argument, from an older release
+    with open(config_path, "w") as f:
+        json.dump(config, f)
+    with pytest.raises(ValueError, match=r"`primary_capsules` \(did you mean"):
+        applications.CapsNet.from_preset(folder)
