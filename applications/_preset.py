@@ -39,13 +39,20 @@ def _shipped():
 
 
 def _read_json(path):
+    """The JSON object (a dict) in `path`; a `ValueError` naming the file otherwise."""
     try:
         with open(path) as f:
-            return json.load(f)
+            value = json.load(f)
     except FileNotFoundError:
         raise ValueError(f"The preset has no {os.path.basename(path)}: {path}") from None
     except (OSError, ValueError) as error:
         raise ValueError(f"Cannot read {path}: {error}") from None
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(value).__name__}, not an object: the file is not a "
+            "preset's; write the preset with save_to_preset()."
+        )
+    return value
 
 
 def sha256(path):
@@ -155,13 +162,25 @@ def load_preset(cls, preset, **kwargs):
     folder = preset_folder(preset)
     metadata = read_metadata(folder)
     weights = check_weights(folder, metadata)
-    config = _read_json(os.path.join(folder, CONFIG_FILE))
-    stored = keras.saving.get_registered_object(config.get("registered_name", ""))
-    if stored is None or not issubclass(stored, cls):
-        stored_name = config.get("class_name", "an unknown model")
+    config_path = os.path.join(folder, CONFIG_FILE)
+    config = _read_json(config_path)
+    if not isinstance(config.get("config"), dict):
         raise ValueError(
-            f"The preset {preset!r} holds a {stored_name}, not a {cls.__name__}: load it with "
-            f"applications.{stored_name}.from_preset({preset!r})."
+            f'{config_path} has no "config" object (the model\'s arguments): the file is not '
+            "a preset's; write the preset with save_to_preset()."
+        )
+    registered = config.get("registered_name")
+    stored = keras.saving.get_registered_object(registered) if registered else None
+    if stored is None:
+        raise ValueError(
+            f"{config_path} names the class {registered!r}, which is no model Keras knows: "
+            "import the module that registers it (applications registers its own) or "
+            "check the file."
+        )
+    if not issubclass(stored, cls):
+        raise ValueError(
+            f"The preset {preset!r} holds a {stored.__name__}, not a {cls.__name__}: load it "
+            f"with applications.{stored.__name__}.from_preset({preset!r})."
         )
     own = config["config"]
     if not any(key in kwargs for key in _RESHAPING):
@@ -234,6 +253,19 @@ def save_preset(model, preset_dir, metadata=None, weights_dtype=None):
         raise ValueError(f"`metadata` must be a dict or None. Received: metadata={metadata!r}")
     import keras_capsules
 
+    # Everything is checked before anything is written: an existing preset stays whole.
+    config = keras.saving.serialize_keras_object(model)
+    config.pop("compile_config", None)
+    config.pop("build_config", None)
+    for name, value in (("metadata", metadata), ("the model's config", config)):
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"{'`metadata`' if name == 'metadata' else name.capitalize()} cannot be written "
+                f"as JSON ({error}), so nothing was written. Give JSON values: strings, "
+                "numbers, lists and dicts."
+            ) from None
     preset_dir = os.fspath(preset_dir)
     os.makedirs(preset_dir, exist_ok=True)
     weights = os.path.join(preset_dir, WEIGHTS_FILE)
@@ -248,9 +280,6 @@ def save_preset(model, preset_dir, metadata=None, weights_dtype=None):
         for path in (saved, partial):
             if os.path.exists(path):
                 os.remove(path)
-    config = keras.saving.serialize_keras_object(model)
-    config.pop("compile_config", None)
-    config.pop("build_config", None)
     write_json(os.path.join(preset_dir, CONFIG_FILE), config)
     write_json(
         os.path.join(preset_dir, METADATA_FILE),

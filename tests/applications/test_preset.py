@@ -303,3 +303,49 @@ def test_unknown_arguments_are_refused_in_a_preset_and_its_overrides(tmp_path):
         json.dump(config, f)
     with pytest.raises(ValueError, match=r"`primary_capsules` \(did you mean"):
         applications.CapsNet.from_preset(folder)
+
+
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        ("config_list", r"config.json holds a JSON list, not an object"),
+        ("no_config", r'config.json has no "config" object'),
+        ("metadata_list", r"metadata.json holds a JSON list"),
+        ("unknown_class", r"names the class 'keras_capsules>NoSuchNet', which is no model"),
+    ],
+)
+def test_a_malformed_preset_is_one_error_naming_the_file(tmp_path, damage, match):
+    _, folder = _saved(tmp_path)
+    config_path = os.path.join(folder, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    if damage == "config_list":
+        config = [config]
+    elif damage == "no_config":
+        del config["config"]
+    elif damage == "unknown_class":
+        config["registered_name"] = "keras_capsules>NoSuchNet"
+    if damage == "metadata_list":
+        with open(os.path.join(folder, "metadata.json"), "w") as f:
+            json.dump([], f)
+    else:
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+    with pytest.raises(ValueError, match=match):
+        applications.CapsNet.from_preset(folder)
+
+
+def test_metadata_that_is_no_json_leaves_the_existing_preset_whole(tmp_path):
+    model, folder = _saved(tmp_path)
+    before = {
+        name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))
+    }
+    with pytest.raises(ValueError, match="`metadata` cannot be written as JSON"):
+        model.save_to_preset(folder, metadata={"x": object()})
+    with pytest.raises(ValueError, match="`metadata` cannot be written as JSON"):
+        model.save_to_preset(folder, metadata={"accuracy": float("nan")})
+    after = {
+        name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))
+    }
+    assert after == before
+    applications.CapsNet.from_preset(folder)
