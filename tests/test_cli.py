@@ -149,6 +149,17 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
     assert not output.exists()
     with pytest.raises(SystemExit, match="no model"):
         cli.main(["evaluate", str(tmp_path / "missing.keras")])
+    for option, bad in (("--seed", "-1"), ("--conv-filters", "0"), ("--max-shift", "-1")):
+        with pytest.raises(SystemExit) as error:
+            cli.main(["train", "capsnet", option, bad, "--output", str(output)])
+        assert error.value.code == 2 and option in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--max-shift must be at most 7"):
+        cli.main(["train", "capsnet", "--max-shift", "100", "--output", str(output)])
+    a_file = tmp_path / "a-file"
+    a_file.write_text("kept")
+    with pytest.raises(SystemExit, match="--output .*a-file is a file"):
+        cli.main(["train", "capsnet", "--output", str(a_file)])
+    assert a_file.read_text() == "kept" and not output.exists()
 
 
 EM_TINY = ["-A", "8", "-B", "2", "-C", "2", "-D", "2", "--iterations", "2", "--verbose", "0"]

@@ -49,6 +49,7 @@ from keras_capsules.cli import _training
 from keras_capsules.cli._model import load_model
 from keras_capsules.cli._types import data_dir
 from keras_capsules.cli._types import image_folder_argument
+from keras_capsules.cli._types import non_negative_int
 from keras_capsules.cli._types import positive_float
 from keras_capsules.cli._types import positive_int
 from keras_capsules.cli._types import tempering
@@ -183,7 +184,7 @@ def _add_run_options(group):
     )
     group.add_argument(
         "--max-shift",
-        type=int,
+        type=non_negative_int,
         default=2,
         help="MNIST and Fashion-MNIST: augmentation shift in pixels (2)",
     )
@@ -193,7 +194,7 @@ def _add_run_options(group):
     group.add_argument(
         "--test-size", type=positive_int, default=None, help="evaluate on the first N"
     )
-    group.add_argument("--seed", type=int, default=None)
+    group.add_argument("--seed", type=non_negative_int, default=None)
     group.add_argument(
         "--precision",
         choices=("float32", "mixed_float16", "mixed_bfloat16"),
@@ -229,10 +230,10 @@ def _add_model_options(group):
         default=3,
         help="routing iterations (capsnet, matrix-capsnet)",
     )
-    group.add_argument("--conv-filters", type=int, default=256, help="capsnet: Conv1")
+    group.add_argument("--conv-filters", type=positive_int, default=256, help="capsnet: Conv1")
     group.add_argument(
         "--primary-capsule-types",
-        type=int,
+        type=positive_int,
         default=32,
         help="capsnet",
     )
@@ -503,6 +504,18 @@ def run(args):
             summary = check_image_folder(args)
         except ValueError as error:
             raise SystemExit(f"keras-capsules train: {error}") from None
+    if args.images is None and args.data != "smallnorb":
+        from keras_capsules.datasets import mnist
+
+        if args.max_shift > mnist.largest_shift():
+            raise SystemExit(
+                f"keras-capsules train: --max-shift must be at most {mnist.largest_shift()}: a "
+                f"larger shift can move a digit out of the 28x28 frame (got {args.max_shift})"
+            )
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise SystemExit(
+            f"keras-capsules train: --output {args.output} is a file; name a folder for the run"
+        )
     worker_folder = _worker_folder(args)
     if worker_folder is not None:
         args.output = worker_folder

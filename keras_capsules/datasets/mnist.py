@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from keras_capsules._optional import require
+from keras_capsules._validation import is_int
 from keras_capsules.datasets import _idx_dataset
 from keras_capsules.datasets._shift import shifted_windows
 
@@ -92,6 +93,19 @@ def random_shift(images, max_shift=2, seed=None):
     return shifted_windows(images, offsets, (images.shape[1], images.shape[2]), max_shift)
 
 
+def largest_shift(size=(28, 28)):
+    """The largest `max_shift` for images of `size`: a quarter of the shorter side (7 for MNIST).
+
+    MNIST's digits sit in a 20x20 box centred in 28x28, a margin of 4 pixels;
+    a shift of up to a quarter of the side moves at most 3 of a digit's 20
+    rows or columns out of the frame.
+
+    >>> largest_shift((28, 28))
+    7
+    """
+    return min(size) // 4
+
+
 def training_pipeline(x, y, batch_size=100, max_shift=2, shuffle=True, seed=None):
     """A `tf.data.Dataset` of `(images, labels)` batches with the paper's augmentation.
 
@@ -104,7 +118,8 @@ def training_pipeline(x, y, batch_size=100, max_shift=2, shuffle=True, seed=None
         x: images `(n, 28, 28)` or `(n, 28, 28, 1)`.
         y: labels `(n,)` or one-hot `(n, classes)`.
         batch_size: examples per batch (100).
-        max_shift: largest shift in pixels (2, as the paper; 0 disables it).
+        max_shift: largest shift in pixels (2, as the paper; 0 disables it),
+            at most `largest_shift()` (7 for 28x28 images).
         shuffle: reshuffle every epoch.
         seed: optional seed for the shuffle and the shifts.
 
@@ -117,13 +132,17 @@ def training_pipeline(x, y, batch_size=100, max_shift=2, shuffle=True, seed=None
     """
     tf = require("tensorflow", "datasets.mnist.training_pipeline")
 
-    if max_shift < 0:
-        raise ValueError(f"`max_shift` must be non-negative. Received: max_shift={max_shift!r}")
     x = np.asarray(x)
     if x.ndim == 3:
         x = x[..., None]
     if x.ndim != 4:
         raise ValueError(f"`x` must have shape (n, height, width[, channels]). Received: {x.shape}")
+    largest = largest_shift(x.shape[1:3])
+    if not is_int(max_shift, numpy=True) or not 0 <= max_shift <= largest:
+        raise ValueError(
+            f"`max_shift` must be an integer from 0 to {largest}: a larger shift can move a "
+            f"digit out of the {x.shape[1]}x{x.shape[2]} frame. Received: max_shift={max_shift!r}"
+        )
     if len(x) != len(y):
         raise ValueError(f"`x` and `y` differ in length: {len(x)} and {len(y)}.")
     dataset = tf.data.Dataset.from_tensor_slices((x, np.asarray(y)))

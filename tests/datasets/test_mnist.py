@@ -131,8 +131,9 @@ def test_training_pipeline_without_shift_and_errors(mnist_data):
     )
     images, _ = next(iter(dataset.as_numpy_iterator()))
     np.testing.assert_array_equal(images[..., 0], x_train[:10])
-    with pytest.raises(ValueError, match="max_shift"):
-        mnist.training_pipeline(x_train[:10], y_train[:10], max_shift=-1)
+    for bad in (-1, 8, 100, 2.5):
+        with pytest.raises(ValueError, match="max_shift` must be an integer from 0 to 7"):
+            mnist.training_pipeline(x_train[:10], y_train[:10], max_shift=bad)
     with pytest.raises(ValueError, match="differ"):
         mnist.training_pipeline(x_train[:10], y_train[:9])
 
