@@ -13,7 +13,6 @@ from keras import ops
 
 from keras_capsules._autodiff import vjp
 from keras_capsules._validation import check_positive_int
-from keras_capsules._validation import is_number
 
 
 def fgsm(model, images, labels, epsilon, loss=None, batch_size=100):
@@ -114,22 +113,21 @@ def pgd(
         Madry, Makelov, Schmidt, Tsipras, Vladu. Towards Deep Learning Models
         Resistant to Adversarial Attacks. ICLR 2018.
     """
-    if not is_number(epsilon) or not 0 <= epsilon <= 1:
+    epsilon = _real(epsilon)
+    if epsilon is None or not 0 <= epsilon <= 1:
         raise ValueError(
             f"`epsilon` must be a fraction of the pixel range in [0, 1]. Received: {epsilon!r}"
         )
     check_positive_int("steps", steps)
     check_positive_int("batch_size", batch_size)
-    if step_size is None:
-        step_size = 2.5 * epsilon / steps
-    if not is_number(step_size) or step_size < 0:
-        raise ValueError(f"`step_size` must be a non-negative number. Received: {step_size!r}")
-    images = np.asarray(images, dtype="float32")
-    labels = np.asarray(labels).reshape(-1)
-    if len(labels) != len(images):
+    given = step_size
+    step_size = 2.5 * epsilon / steps if step_size is None else _real(step_size)
+    if step_size is None or step_size < 0:
         raise ValueError(
-            f"`labels` must hold one class per image: {len(images)} images, {len(labels)} labels."
+            f"`step_size` must be a finite non-negative number. Received: step_size={given!r}"
         )
+    images = np.asarray(images, dtype="float32")
+    labels = _checked_labels(model, labels, len(images))
     loss = _class_loss(model) if loss is None else loss
     top = _pixel_range(model)
     radius, stride = epsilon * top, step_size * top
@@ -140,13 +138,45 @@ def pgd(
         adversarial = np.clip(adversarial, 0.0, top)
     for start in range(0, len(images), batch_size):
         batch = slice(start, start + batch_size)
-        x, targets = adversarial[batch], ops.convert_to_tensor(labels[batch].astype("int32"))
+        x, targets = adversarial[batch], ops.convert_to_tensor(labels[batch])
         for _ in range(steps):
             x = x + stride * np.sign(_loss_gradient(model, loss, x, targets))
             x = np.clip(x, images[batch] - radius, images[batch] + radius)
             x = np.clip(x, 0.0, top)
         adversarial[batch] = x
     return adversarial
+
+
+def _real(value):
+    """`value` as a finite Python float (from a Python or NumPy number), or None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        return None
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def _checked_labels(model, labels, count):
+    """`labels` as int32 class indices, one per image, each a class of `model`."""
+    labels = np.asarray(labels).reshape(-1)
+    if len(labels) != count:
+        raise ValueError(
+            f"`labels` must hold one class per image: {count} images, {len(labels)} labels."
+        )
+    classes = getattr(model, "num_classes", None)
+    if classes is None:  # any Keras classifier: its scores' last axis
+        shape = model.output_shape
+        classes = int((shape["probabilities"] if isinstance(shape, dict) else shape)[-1])
+    integral = np.issubdtype(labels.dtype, np.integer) or (
+        np.issubdtype(labels.dtype, np.floating)
+        and np.all(np.isfinite(labels))
+        and np.all(labels == np.round(labels))
+    )
+    if not integral or (len(labels) and (labels.min() < 0 or labels.max() >= classes)):
+        bad = labels if not integral else labels[(labels < 0) | (labels >= classes)]
+        raise ValueError(
+            f"`labels` must be class indices in [0, {classes}). Received: {bad[:5].tolist()}"
+        )
+    return labels.astype("int32")
 
 
 def _class_loss(model):

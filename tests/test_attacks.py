@@ -87,6 +87,12 @@ def test_models_without_rescale_take_pixels_in_the_unit_interval():
         ({"step_size": -1.0}, "step_size"),
         ({"batch_size": 0}, "batch_size"),
         ({"labels": [0, 1]}, "labels"),
+        ({"labels": [0, 1, 3]}, r"class indices in \[0, 3\). Received: \[3\]"),
+        ({"labels": [0, -1, 2]}, r"Received: \[-1\]"),
+        ({"labels": [0.5, 1, 2]}, "class indices"),
+        ({"step_size": float("nan")}, "finite non-negative"),
+        ({"epsilon": float("inf")}, "epsilon"),
+        ({"epsilon": True}, "epsilon"),
     ],
 )
 def test_bad_arguments(kwargs, match):
@@ -94,3 +100,14 @@ def test_bad_arguments(kwargs, match):
     arguments = {"images": np.zeros((3, 4), "float32"), "labels": [0, 1, 2], "epsilon": 0.1}
     with pytest.raises(ValueError, match=match):
         attacks.pgd(model, **{**arguments, **kwargs})
+
+
+def test_fgsm_refuses_labels_outside_the_classes_and_takes_numpy_scalars():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(10, activation="softmax")])
+    images = np.random.default_rng(0).uniform(0, 1, (4, 4)).astype("float32")
+    with pytest.raises(ValueError, match=r"\[0, 10\). Received: \[10, 11, -1, 99\]"):
+        attacks.fgsm(model, images, [10, 11, -1, 99], 0.1)
+    moved = attacks.fgsm(model, images, np.array([1, 2, 3, 4]), np.float32(0.1))
+    assert np.allclose(np.abs(moved - images).max(), 0.1, atol=1e-6)
+    stepped = attacks.pgd(model, images, [1, 2, 3, 4], np.float64(0.1), step_size=np.float32(0.05))
+    assert np.all(np.abs(stepped - images) <= 0.1 + 1e-6)
