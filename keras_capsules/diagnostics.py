@@ -82,6 +82,13 @@ def _layer_details(model, images, labels=None, batch_size=100):
     """
     check_positive_int("batch_size", batch_size)
     images = np.asarray(images)
+    if len(images) == 0:
+        raise ValueError("`images` is empty: the statistics need at least one image.")
+    if not np.issubdtype(images.dtype, np.number) or not np.all(np.isfinite(images)):
+        raise ValueError(
+            "`images` must hold finite numbers: NaN or infinite pixels route to nothing "
+            "(they read as maximum entropy with every parent inactive)."
+        )
     layers = [
         layer
         for layer in model.layers

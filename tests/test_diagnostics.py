@@ -115,3 +115,9 @@ def test_bad_arguments():
     model = applications.CapsNetMNIST(conv_filters=8, primary_capsule_types=2, compile=False)
     with pytest.raises(ValueError, match="labels"):
         routing_statistics(model, np.zeros((3, 28, 28, 1)), labels=[0, 1])
+    images = np.full((2, 28, 28, 1), 100.0)
+    images[1, 3, 3, 0] = np.nan
+    with pytest.raises(ValueError, match="finite numbers"):
+        routing_statistics(model, images)
+    with pytest.raises(ValueError, match="`images` is empty"):
+        routing_statistics(model, np.zeros((0, 28, 28, 1)))
