@@ -46,15 +46,18 @@ def check_dpi(dpi):
 
 
 def check_model(model, needs_decoder=True):
-    """Raise unless `model` looks like `applications.CapsNet`."""
-    for attribute in ("predict", "decode", "image_shape", "num_classes"):
+    """Raise unless `model` looks like `applications.CapsNet` (with a decoder, if needed)."""
+    for attribute in ("predict", "image_shape", "num_classes"):
         if not hasattr(model, attribute):
             raise ValueError(
                 "`model` must be a capsule network like applications.CapsNet "
                 f"(with `{attribute}`). Received: model={type(model).__name__}"
             )
     if needs_decoder and getattr(model, "decoder", None) is None:
-        raise ValueError("`model` has no decoder (built with `decoder_units=None`).")
+        raise ValueError(
+            f"{type(model).__name__} has no decoder to reconstruct images from (built with "
+            "`decoder_units=None`, or a matrix capsule network)."
+        )
 
 
 def check_images(model, x, name="x", single=False):

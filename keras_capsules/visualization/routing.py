@@ -18,7 +18,7 @@ def _capsule_layers(model):
     if len(primary) != 1 or len(routed) != 1:
         raise ValueError(
             "`model` must be a functional capsule network with one PrimaryCapsule layer "
-            "feeding one CapsuleLayer, like applications.CapsNetMNIST. Received "
+            "feeding one CapsuleLayer (dynamic routing), like applications.CapsNet. Received "
             f"{len(primary)} PrimaryCapsule and {len(routed)} CapsuleLayer layers."
         )
     return primary[0], routed[0]

@@ -110,3 +110,20 @@ def test_a_colour_model_of_another_size_draws_from_a_folder_of_its_classes(tmp_p
     check_written([out / f"{kind}.png" for kind in kinds], capsys.readouterr().out)
     with pytest.raises(SystemExit, match="pass --images DIR"):
         cli.main(["figures", str(path), "--output", str(out)])
+
+
+def test_all_kinds_of_a_model_without_a_decoder_skip_what_needs_one(tmp_path, capsys):
+    import applications
+
+    path = tmp_path / "em.keras"
+    applications.MatrixCapsNet(A=8, B=2, C=2, D=2, iterations=1).save(path)
+    out = tmp_path / "figs"
+    args = ["figures", str(path), "--output", str(out), "--dpi", "40", "--sample", "20"]
+    assert cli.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "skipped reconstructions: MatrixCapsNet has no decoder" in printed
+    assert "skipped dimensions: MatrixCapsNet has no decoder" in printed
+    assert "skipped routing: " in printed and "CapsuleLayer" in printed
+    check_written([out / "routing_statistics.png"], printed)
+    with pytest.raises(SystemExit, match="reconstructions: MatrixCapsNet has no decoder"):
+        cli.main([*args, "--kind", "reconstructions"])
