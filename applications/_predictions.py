@@ -1,5 +1,8 @@
 """`predict` with Keras's signature, and the capsule outputs through their own methods."""
 
+import numpy as np
+from keras import ops
+
 
 class CapsulePredictions:
     """A mixin for models whose outputs are a dict of class scores and class poses.
@@ -19,8 +22,13 @@ class CapsulePredictions:
 
         Args: as `keras.Model.predict`'s.
         """
+        x = self._prediction_inputs(x)
+        if isinstance(x, np.ndarray) and x.ndim and len(x) == 0:
+            # Keras's predict fails on no data; the model answers an empty batch.
+            outputs = self(ops.convert_to_tensor(x.astype("float32")), training=False)
+            return {key: ops.convert_to_numpy(value) for key, value in outputs.items()}
         return super().predict(
-            self._prediction_inputs(x),
+            x,
             batch_size=batch_size,
             verbose=verbose,
             steps=steps,

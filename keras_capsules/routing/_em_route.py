@@ -150,9 +150,13 @@ _LARGEST_ROUTED = 16
 
 
 def largest_magnitude(x):
-    """Per example, the largest `|x|`, `(batch,)`: two reductions, no copy of `x`."""
+    """Per example, the largest `|x|`, `(batch,)`: two reductions, no copy of `x`.
+
+    Both start from 0 (`initial`), which leaves the largest magnitude as it is
+    and gives an empty batch an empty result instead of an error.
+    """
     axes = tuple(range(1, len(x.shape)))
-    return ops.maximum(ops.max(x, axis=axes), -ops.min(x, axis=axes))
+    return ops.maximum(ops.max(x, axis=axes, initial=0.0), -ops.min(x, axis=axes, initial=0.0))
 
 
 def _vote_scale(votes, reference, vote_bound=None):

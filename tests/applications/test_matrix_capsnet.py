@@ -265,3 +265,14 @@ def test_matrix_capsnet_takes_the_papers_letters_or_descriptive_names():
     for name in ("conv_filters", "primary_capsule_types", "conv_caps1_types", "conv_caps2_types"):
         del old[name]
     assert applications.MatrixCapsNetNORB.from_config(old).get_config() == named.get_config()
+
+
+def test_an_empty_batch_gives_empty_outputs():
+    model = applications.MatrixCapsNet(**ONE_ITERATION)
+    empty = np.zeros((0, 20, 20, 2), "float32")
+    assert model.predict(empty, verbose=0).shape == (0, 3)
+    assert model.predict_poses(empty, verbose=0).shape == (0, 3, 16)
+    outputs = model(empty)
+    assert tuple(outputs["activations"].shape) == (0, 3)
+    x = np.random.default_rng(6).normal(size=(2, 20, 20, 2)).astype("float32")
+    assert np.all(np.isfinite(model.predict(x, verbose=0)))  # and the model still answers

@@ -449,3 +449,12 @@ def test_one_iteration_is_one_m_step_on_even_assignments():
     np.testing.assert_allclose(ops.convert_to_numpy(poses), mean, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ops.convert_to_numpy(acts), expected_acts, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(ops.convert_to_numpy(coupling), 1 / 3, rtol=1e-6)
+
+
+def test_an_empty_batch_gives_empty_outputs():
+    votes = np.zeros((0, 3, 5, 16), "float32")
+    beta = np.zeros((3,), "float32")
+    poses, activations = routing.em_routing(
+        votes, np.zeros((0, 5), "float32"), beta, beta, iterations=2
+    )
+    assert tuple(poses.shape) == (0, 3, 16) and tuple(activations.shape) == (0, 3)
