@@ -27,6 +27,74 @@ MULTI_PROCESS_VARIABLE = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
 """Set, with `KERAS_DISTRIBUTION_NUM_PROCESSES` and `_PROCESS_ID`: JAX runs across processes."""
 
 
+def check_process_variables(coordinator_port=False):
+    """The run's `(addresses, num_processes, process_id)` from the environment, checked.
+
+    Raises a `ValueError` that names the variable and the form it takes:
+    `KERAS_DISTRIBUTION_JOB_ADDRESSES` is `HOST:PORT` of the coordinator
+    (process 0), or every process's, separated by commas;
+    `KERAS_DISTRIBUTION_NUM_PROCESSES` a positive integer; and
+    `KERAS_DISTRIBUTION_PROCESS_ID` an integer from 0 to one less. With
+    `coordinator_port`, process 0 also checks that it can listen on the
+    coordinator's port.
+    """
+    text = os.environ[MULTI_PROCESS_VARIABLE]
+    addresses = [address.strip() for address in text.split(",")]
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"{MULTI_PROCESS_VARIABLE}={text!r}: each address must be HOST:PORT with a port "
+                "from 1 to 65535, the coordinator's (process 0's) first, separated by commas, "
+                "e.g. 10.0.0.1:1234"
+            )
+    counts = {}
+    for name, default in (("NUM_PROCESSES", None), ("PROCESS_ID", None)):
+        variable = f"KERAS_DISTRIBUTION_{name}"
+        value = os.environ.get(variable, default)
+        if value is None or not value.strip().isdigit():
+            raise ValueError(
+                f"{variable}={value!r}: set it to "
+                + (
+                    "the number of processes, a positive integer"
+                    if name == "NUM_PROCESSES"
+                    else "this process's index, an integer from 0 (the coordinator)"
+                )
+                + f" beside {MULTI_PROCESS_VARIABLE}"
+            )
+        counts[name] = int(value)
+    processes, index = counts["NUM_PROCESSES"], counts["PROCESS_ID"]
+    if processes < 1 or index >= processes:
+        raise ValueError(
+            f"KERAS_DISTRIBUTION_PROCESS_ID={index} of KERAS_DISTRIBUTION_NUM_PROCESSES="
+            f"{processes}: the index must be from 0 to {processes - 1}"
+        )
+    if len(addresses) > 1 and len(addresses) != processes:
+        raise ValueError(
+            f"{MULTI_PROCESS_VARIABLE} lists {len(addresses)} addresses for "
+            f"KERAS_DISTRIBUTION_NUM_PROCESSES={processes}: give the coordinator's alone, or "
+            "one per process"
+        )
+    if coordinator_port and index == 0:
+        _check_coordinator_port(addresses[0])
+    return addresses, processes, index
+
+
+def _check_coordinator_port(address):
+    """Process 0 listens on the coordinator's port: refuse, naming it, a port in use there."""
+    import socket
+
+    port = address.rpartition(":")[2]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("", int(port)))
+        except OSError as error:
+            raise ValueError(
+                f"{MULTI_PROCESS_VARIABLE}: the coordinator's port {port} cannot be listened on "
+                f"by process 0 ({error.strerror or error}); choose a free port"
+            ) from None
+
+
 def process_index():
     """This process's index among the processes of a run: 0 on one machine, and for the chief.
 
@@ -39,7 +107,7 @@ def process_index():
 
         return jax.process_index()
     if MULTI_PROCESS_VARIABLE in os.environ:
-        return int(os.environ.get("KERAS_DISTRIBUTION_PROCESS_ID", "0"))
+        return check_process_variables()[2]
     if "TF_CONFIG" in os.environ:
         import json
 
@@ -62,6 +130,7 @@ def _initialize_jax_processes():
     """
     if _jax_processes_initialized():
         return
+    check_process_variables(coordinator_port=True)
     import jax
 
     if jax.config.jax_platforms in (None, "", "cpu"):

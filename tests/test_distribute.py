@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_capsules import cli
 from keras_capsules import distribute
 from tests.conftest import BACKEND
 
@@ -235,3 +236,50 @@ def test_tensorflow_multi_worker_training_is_refused_with_the_reason(tmp_path, m
     monkeypatch.setenv("TF_CONFIG", json.dumps({**cluster, "task": {"type": "worker", "index": 0}}))
     with pytest.raises(SystemExit, match="MultiWorkerMirroredStrategy.*72388"):
         cli.main([*TRAIN, "--distribute", "--output", str(tmp_path)])
+
+
+@pytest.mark.parametrize(
+    "variables, match",
+    [
+        ({"KERAS_DISTRIBUTION_JOB_ADDRESSES": "not-an-address"}, "each address must be HOST:PORT"),
+        ({"KERAS_DISTRIBUTION_JOB_ADDRESSES": "host:99999"}, "port from 1 to 65535"),
+        ({"KERAS_DISTRIBUTION_NUM_PROCESSES": "abc"}, "NUM_PROCESSES='abc': set it to the number"),
+        ({"KERAS_DISTRIBUTION_PROCESS_ID": "5"}, r"PROCESS_ID=5 of .*NUM_PROCESSES=2: .* 0 to 1"),
+        ({"KERAS_DISTRIBUTION_PROCESS_ID": None}, "PROCESS_ID=None: set it to this process"),
+        ({"KERAS_DISTRIBUTION_JOB_ADDRESSES": "a:1,b:2,c:3"}, "lists 3 addresses for"),
+    ],
+)
+def test_bad_process_variables_name_the_variable_and_its_form(
+    monkeypatch, tmp_path, variables, match
+):
+    good = {
+        "KERAS_DISTRIBUTION_JOB_ADDRESSES": "127.0.0.1:1234",
+        "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+        "KERAS_DISTRIBUTION_PROCESS_ID": "1",
+    }
+    for name, value in {**good, **variables}.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=match):
+        distribute.check_process_variables()
+    output = tmp_path / "run"
+    with pytest.raises(SystemExit, match=match):
+        cli.main(["train", "capsnet", "--distribute", "--output", str(output)])
+    assert not output.exists()
+
+
+def test_the_coordinator_refuses_a_port_in_use(monkeypatch):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("KERAS_DISTRIBUTION_JOB_ADDRESSES", f"127.0.0.1:{port}")
+        monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "2")
+        monkeypatch.setenv("KERAS_DISTRIBUTION_PROCESS_ID", "0")
+        with pytest.raises(ValueError, match=f"coordinator's port {port} cannot be listened on"):
+            distribute.check_process_variables(coordinator_port=True)
+        assert distribute.check_process_variables() == ([f"127.0.0.1:{port}"], 2, 0)

@@ -516,6 +516,13 @@ def run(args):
         raise SystemExit(
             f"keras-capsules train: --output {args.output} is a file; name a folder for the run"
         )
+    if _multi_process(args):
+        from keras_capsules import distribute
+
+        try:
+            distribute.check_process_variables(coordinator_port=True)
+        except ValueError as error:
+            raise SystemExit(f"keras-capsules train: {error}") from None
     worker_folder = _worker_folder(args)
     if worker_folder is not None:
         args.output = worker_folder
