@@ -164,7 +164,9 @@ def _check_search(args, project_dir):
     path = os.path.join(args.output, SEARCH_FILE)
     options = _search_options(args)
     if not args.overwrite and os.path.exists(os.path.join(project_dir, "oracle.json")):
-        _read_json(os.path.join(project_dir, "oracle.json"))
+        # Every file keras-tuner reloads: a torn one is named here, not in its traceback.
+        for name in _search_state_files(project_dir):
+            _read_json(os.path.join(project_dir, name))
         if not os.path.exists(path):
             _fail(
                 f"{args.output} holds a search but no {SEARCH_FILE} recording its options, so "
@@ -181,6 +183,18 @@ def _check_search(args, project_dir):
             )
     os.makedirs(args.output, exist_ok=True)
     write_json(path, {"options": options})
+
+
+def _search_state_files(project_dir):
+    """The JSON files keras-tuner reloads to resume: the oracle's, the tuners', each trial's."""
+    names = ["oracle.json"]
+    for entry in sorted(os.listdir(project_dir)):
+        if entry.startswith("tuner") and entry.endswith(".json"):
+            names.append(entry)
+        trial = os.path.join(entry, "trial.json")
+        if entry.startswith("trial_") and os.path.isfile(os.path.join(project_dir, trial)):
+            names.append(trial)
+    return names
 
 
 def _fail(message):

@@ -335,12 +335,21 @@ def test_tune_command_refuses_to_mix_searches_and_names_a_torn_state(tmp_path, m
     ):
         with pytest.raises(SystemExit, match=rf"other options \({message}.*--overwrite"):
             cli.main([*search, "--max-trials", "2", *change])
-    # A torn state file: named, with the ways out.
-    oracle = os.path.join(output, "search", "oracle.json")
-    with open(oracle, "r+") as f:
-        f.truncate(100)
-    with pytest.raises(SystemExit, match=r"oracle.json is unreadable .*Restore it.*--overwrite"):
-        cli.main([*search, "--max-trials", "2"])
+    # A torn state file, the oracle's, a tuner's or a trial's: named, with the ways out.
+    project = os.path.join(output, "search")
+    trials = sorted(name for name in os.listdir(project) if name.startswith("trial_"))
+    for torn in ("tuner0.json", os.path.join(trials[0], "trial.json"), "oracle.json"):
+        path = os.path.join(project, torn)
+        with open(path) as f:
+            whole = f.read()
+        with open(path, "w") as f:
+            f.write(whole[: len(whole) // 2])
+        pattern = re.escape(torn) + r" is unreadable .*Restore it.*--overwrite"
+        with pytest.raises(SystemExit, match=pattern):
+            cli.main([*search, "--max-trials", "2"])
+        if torn != "oracle.json":
+            with open(path, "w") as f:
+                f.write(whole)
     assert cli.main([*search, "--max-trials", "1", "--overwrite", "--train-size", "300"]) == 0
     with open(os.path.join(output, "search.json")) as f:
         assert json.load(f)["options"]["train_size"] == 300
