@@ -690,3 +690,5 @@ def test_skipped_images_are_counted_and_a_missing_folder_is_a_usage_error(tmp_pa
     with pytest.raises(SystemExit):
         cli.main(["train", "capsnet", "--images", str(tmp_path / "nowhere")])
     assert "no folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="give --images or --data, not both"):
+        cli.main(["train", "capsnet", "--images", folder, "--data", "mnist", "--output", output])

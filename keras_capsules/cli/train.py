@@ -84,6 +84,12 @@ def resolve_defaults(args):
     for name, default in resolved.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
+    if getattr(args, "images", None) is not None and args.data is not None:
+        raise SystemExit(
+            f"keras-capsules train: give --images or --data, not both (got --data {args.data})"
+        )
+    if getattr(args, "images", None) is None and args.data is None:
+        args.data = "mnist"
     return args
 
 
@@ -159,7 +165,7 @@ def _add_run_options(group):
     group.add_argument(
         "--data",
         choices=DATA,
-        default="mnist",
+        default=None,
         help="the data set, when no --images (mnist); smallnorb is read from --data-dir",
     )
     group.add_argument(
