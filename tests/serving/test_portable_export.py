@@ -452,3 +452,41 @@ def test_keras_model_export_writes_the_checked_file(format_name, built_models, t
     np.testing.assert_allclose(
         run(path, x)["probabilities"], model.predict(x, verbose=0), atol=1e-4
     )
+
+
+class _Traced:
+    """A stand-in for the traced serving function: probabilities of the probes' mean pixel."""
+
+    def __init__(self, gain):
+        self.gain = gain
+        self.input_signature = [type("Spec", (), {"shape": (None, 4, 4, 1)})()]
+
+    def __call__(self, images):
+        mean = np.asarray(images, "float64").mean(axis=(1, 2, 3))[:, None]
+        return {
+            "probabilities": (0.5 + 0.4 * np.sin(self.gain * mean + np.arange(3))).astype("float32")
+        }
+
+
+@pytest.mark.parametrize(
+    "gain, offset, accepted",
+    [
+        (0.0, 4e-3, False),  # an insensitive model: 1e-3 holds
+        (30.0, 3e-3, True),  # moved ~1.5e-3 by a change of 1e-6: three times that holds
+        (30.0, 5e-2, False),  # never beyond SENSITIVE_TOLERANCE
+    ],
+)
+def test_the_file_is_held_to_the_models_own_sensitivity(gain, offset, accepted):
+    from keras_capsules.serving import portable
+
+    model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten()])
+    function = _Traced(gain)
+
+    def run(path, images):
+        return {"probabilities": function(images)["probabilities"] + offset}
+
+    if accepted:
+        portable._verify(model, function, "file", "litert", run)
+    else:
+        with pytest.raises(ValueError, match="answers other probabilities"):
+            portable._verify(model, function, "file", "litert", run)
