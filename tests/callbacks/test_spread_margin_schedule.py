@@ -14,7 +14,7 @@ def tiny_model():
     # test compiles the training step anew once or twice (on JAX, 5 s less each).
     # One step per call, so that the callbacks see every step.
     model = applications.MatrixCapsNet(
-        A=8, B=2, C=2, D=2, iterations=1, input_shape=(20, 20, 1), num_classes=3
+        A=8, B=2, C=2, D=2, iterations=1, input_shape=(20, 20, 1), num_classes=3, rescale=None
     )
     return compile_again(model, steps_per_execution=1)
 

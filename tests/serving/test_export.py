@@ -19,7 +19,9 @@ from tests.conftest import requires_tensorflow
 SMALL = dict(conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_units=(32,))
 # One EM iteration: the serving contract does not depend on routing, and each
 # iteration adds seconds to every trace (test_matrix_capsnet_norb exports two).
-TINY_EM = dict(A=8, B=2, C=3, D=2, iterations=1, input_shape=(20, 20, 2), num_classes=3)
+TINY_EM = dict(
+    A=8, B=2, C=3, D=2, iterations=1, input_shape=(20, 20, 2), num_classes=3, rescale=None
+)
 
 
 def images(n, shape=(28, 28, 1), seed=0):

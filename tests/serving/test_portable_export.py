@@ -31,8 +31,9 @@ MODELS = {
     "capsnet_mnist": lambda: applications.CapsNetMNIST(
         conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_units=(32,)
     ),
+    # Inputs standardised, as the smallNORB configuration takes them (rescale=None).
     "matrix_capsnet_norb": lambda: applications.MatrixCapsNet(
-        A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3
+        A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3, rescale=None
     ),
     "efficient_capsnet": lambda: applications.EfficientCapsNet(
         conv_filters=(8, 8, 8, 32), primary_capsule_types=4, capsule_dim=8, decoder_units=(32,)
