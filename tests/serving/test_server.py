@@ -96,7 +96,8 @@ def test_predictions_for_real_mnist_match_the_keras_model(served):
     status, body = client.predict({"instances": x[:20].tolist()})
     assert status == 200, body
     predictions = body["predictions"]
-    assert len(predictions) == 20 and set(predictions[0]) == {"probabilities", "classes", "poses"}
+    assert len(predictions) == 20
+    assert set(predictions[0]) == {"probabilities", "classes", "labels", "poses"}
     expected = model.predict_outputs(x[:20], verbose=0)
     probabilities = np.array([p["probabilities"] for p in predictions])
     np.testing.assert_allclose(probabilities, expected["probabilities"], atol=1e-5)
@@ -105,6 +106,7 @@ def test_predictions_for_real_mnist_match_the_keras_model(served):
     )
     classes = np.array([p["classes"] for p in predictions])
     np.testing.assert_array_equal(classes, expected["probabilities"].argmax(-1))
+    assert [p["labels"] for p in predictions] == [model.class_names[c] for c in classes]
     assert (classes == y[:20]).mean() >= 0.6  # trained briefly, but it does read digits
 
 
