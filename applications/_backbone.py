@@ -15,9 +15,6 @@ class BackboneModel:
     in whatever range it was built for ([0, 255] for keras.applications).
     """
 
-    backbone = None
-    """The user's backbone (set by the subclass), in place of `BackboneView`'s."""
-
     def head_parameters(self):
         """The number of parameters outside the backbone: the head's size."""
         return self.count_params() - self.backbone.count_params()

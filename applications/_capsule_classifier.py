@@ -13,7 +13,6 @@ from applications._losses import batch_mean
 from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
-from applications._transfer import BackboneView
 from keras_capsules._validation import check_model_arguments
 from keras_capsules.layers import Length
 from keras_capsules.layers import Mask
@@ -23,7 +22,6 @@ from keras_capsules.losses import ReconstructionLoss
 
 
 class CapsuleClassifier(
-    BackboneView,
     PresetMixin,
     PortableCompile,
     PortableExport,
@@ -38,8 +36,7 @@ class CapsuleClassifier(
     own config entries (which must hold `input_shape`, `num_classes`,
     `class_names` and `capsule_dim`) and the arguments every such model takes
     (`rescale`, the decoder, the default compile's learning rate schedule, the
-    policy). A subclass whose layers up to `BACKBONE_OUTPUT` are its feature
-    extractor gets them as `backbone` (`BackboneView`). This
+    policy). This
     class adds the class scores as `"probabilities"` (the capsule lengths, or
     the subclass's own `scores` in [0, 1] for capsules whose length is no
     probability), the reconstruction decoder fed the true label's capsule,

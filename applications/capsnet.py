@@ -7,6 +7,7 @@ from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
+from applications._transfer import BackboneView
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import CapsuleLayer
@@ -14,7 +15,7 @@ from keras_capsules.layers import PrimaryCapsule
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsNet(CapsuleClassifier):
+class CapsNet(BackboneView, CapsuleClassifier):
     """The CapsNet of Sabour et al. 2017 (dynamic routing), for any images and classes.
 
     Conv1 (256 filters 9x9, ReLU) -> PrimaryCaps (32 types x 8D, 9x9 stride 2)

@@ -7,6 +7,7 @@ from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
+from applications._transfer import BackboneView
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import DepthwisePrimaryCapsule
@@ -25,7 +26,7 @@ def _int_tuple(name, values, length=None):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class EfficientCapsNet(CapsuleClassifier):
+class EfficientCapsNet(BackboneView, CapsuleClassifier):
     """Efficient-CapsNet (Mazzia et al. 2021), for any images and classes, ready to `fit`.
 
     Four convolutions with batch normalisation (32 5x5, 64 3x3, 64 3x3,
