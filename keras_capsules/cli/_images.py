@@ -44,6 +44,35 @@ def test_images(model, args, command, data=None):
     )
 
 
+def folder_size_and_colour(model, command):
+    """`(image_size, color_mode)` of a folder read for `model`; other channels end the command."""
+    height, width, channels = model.input_shape[1:]
+    if channels not in (1, 3):
+        fail(f"--images needs a model of grey or RGB images, not {channels} channels", command)
+    return (height, width), "grayscale" if channels == 1 else "rgb"
+
+
+def model_classes(model, summary, command):
+    """`(names, order)`: the model's class names and its index of each of the folder's classes.
+
+    A class folder the model has no class for ends the command.
+    """
+    import numpy as np
+
+    from keras_capsules._class_names import class_name
+
+    names = [class_name(model, index) for index in range(model.num_classes)]
+    unknown = [name for name in summary.class_names if name not in names]
+    if unknown:
+        fail(
+            f"{summary.directory} has class folders the model does not know: "
+            f"{', '.join(unknown[:5])}{' ...' if unknown[5:] else ''}. The model's classes: "
+            f"{', '.join(names)}",
+            command,
+        )
+    return names, np.array([names.index(name) for name in summary.class_names])
+
+
 def folder_images(model, folder, command, limit=2000):
     """`(images, labels)`: up to `limit` images of `folder`'s class subfolders at the model's size.
 
@@ -52,32 +81,19 @@ def folder_images(model, folder, command, limit=2000):
     """
     import numpy as np
 
-    from keras_capsules._class_names import class_name
     from keras_capsules.datasets import image_folder
 
-    height, width, channels = model.image_shape
-    if channels not in (1, 3):
-        fail(f"--images needs a model of grey or RGB images, not {channels} channels", command)
+    image_size, color_mode = folder_size_and_colour(model, command)
     try:
-        summary = image_folder.check_folder(
-            folder, image_size=(height, width), color_mode="grayscale" if channels == 1 else "rgb"
-        )
+        summary = image_folder.check_folder(folder, image_size=image_size, color_mode=color_mode)
     except ValueError as error:
         fail(str(error), command)
-    names = [class_name(model, index) for index in range(model.num_classes)]
-    unknown = [name for name in summary.class_names if name not in names]
-    if unknown:
-        fail(
-            f"{folder} has class folders the model does not know: {', '.join(unknown[:5])}. "
-            f"The model's classes: {', '.join(names)}",
-            command,
-        )
+    _, order = model_classes(model, summary, command)
     dataset, _ = image_folder.load_folder(summary, batch_size=64, seed=0)
     images, labels = [], []
     for x, y in dataset.take(-(-limit // 64)):
         images.append(np.asarray(x))
         labels.append(np.asarray(y))
-    order = np.array([names.index(name) for name in summary.class_names])
     images = np.clip(np.concatenate(images)[:limit], 0, 255)
     return images, order[np.concatenate(labels)[:limit]]
 

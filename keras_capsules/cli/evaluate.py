@@ -84,35 +84,22 @@ def _evaluate_images(model, args):
     """Evaluate `model` on the folder `args.images`; print the accuracy and a table by class."""
     import numpy as np
 
-    from keras_capsules._class_names import class_name
+    from keras_capsules.cli._images import folder_size_and_colour
+    from keras_capsules.cli._images import model_classes
     from keras_capsules.cli.train import check_image_folder
     from keras_capsules.datasets import image_folder
 
-    height, width, channels = model.input_shape[1:]
-    if channels not in (1, 3):
-        raise SystemExit(
-            f"keras-capsules evaluate: --images needs a model of grey or RGB images; this one "
-            f"takes {channels} channels"
-        )
-    args.image_size, args.color_mode = (height, width), "grayscale" if channels == 1 else "rgb"
+    args.image_size, args.color_mode = folder_size_and_colour(model, "evaluate")
     try:
         summary = check_image_folder(args)
     except ValueError as error:
         raise SystemExit(f"keras-capsules evaluate: {error}") from None
-    names = [class_name(model, index) for index in range(model.num_classes)]
-    unknown = [name for name in summary.class_names if name not in names]
-    if unknown:
-        raise SystemExit(
-            f"keras-capsules evaluate: {args.images} has class folders the model does not know: "
-            f"{', '.join(unknown[:5])}{' ...' if unknown[5:] else ''}. The model's classes: "
-            f"{', '.join(names)}"
-        )
+    names, order = model_classes(model, summary, "evaluate")
     dataset, _ = image_folder.load_folder(summary, args.batch_size, shuffle=False)
     scores, labels = [], []
     for images, folder_labels in dataset:
         scores.append(model.predict(np.asarray(images), verbose=0))
         labels.append(np.asarray(folder_labels))
-    order = np.array([names.index(name) for name in summary.class_names])
     labels = order[np.concatenate(labels)]
     predicted = np.concatenate(scores).argmax(-1)
     correct = predicted == labels
