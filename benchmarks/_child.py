@@ -17,12 +17,12 @@ if _ROOT not in sys.path:
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# TensorFlow's pooling CPU allocator, the one keras_capsules.use_pooled_cpu_allocator()
-# selects, for every measurement: set here, in the environment the children inherit,
-# before any of them imports TensorFlow, so that a baseline gets the same allocator as
-# the model it is compared with. TF_CPU_ALLOCATOR_USE_BFC=false measures TensorFlow's
-# default allocator for all of them.
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+# Importing keras_capsules selects TensorFlow's pooling CPU allocator, as it does for any
+# user, unless TF_CPU_ALLOCATOR_USE_BFC is set: here, in the environment the children
+# inherit, before any of them imports TensorFlow, so that a baseline gets the same
+# allocator as the model it is compared with. TF_CPU_ALLOCATOR_USE_BFC=false measures
+# TensorFlow's default allocator for all of them.
+import keras_capsules  # noqa: E402, F401
 
 
 def child_argv(script, args, only):

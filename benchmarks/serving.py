@@ -234,10 +234,8 @@ def main(argv=None):
     )
     args = p.parse_args(argv)
 
-    from keras_capsules import use_pooled_cpu_allocator
-
-    if "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ:  # as the server, which inherits it
-        use_pooled_cpu_allocator()  # before TensorFlow: this process exports the model
+    # Importing keras_capsules (before TensorFlow runs) chooses the pooled CPU allocator for
+    # this process, which exports the model, and the server, which inherits the variable.
     import keras
 
     import applications

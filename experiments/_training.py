@@ -2,8 +2,8 @@
 
 Importing this module (before Keras) also puts the repository root on `sys.path`, so the
 experiments run from a checkout without installing it, defaults the backend to TensorFlow
-with its C++ logs quietened, and calls `keras_capsules.use_pooled_cpu_allocator()` for
-every model and baseline (unless `TF_CPU_ALLOCATOR_USE_BFC` is set already).
+with its C++ logs quietened, and imports `keras_capsules`, which selects TensorFlow's
+pooling CPU allocator for every model and baseline (unless `TF_CPU_ALLOCATOR_USE_BFC` is set).
 """
 
 import os
@@ -14,10 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 for _name, _value in (("KERAS_BACKEND", "tensorflow"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
     os.environ.setdefault(_name, _value)
 
-import keras_capsules  # noqa: E402  (imports neither Keras nor TensorFlow)
-
-if "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ:
-    keras_capsules.use_pooled_cpu_allocator()
+import keras_capsules  # noqa: E402, F401  (imports neither Keras nor TensorFlow)
 
 
 def log(*args):

@@ -1,4 +1,4 @@
-"""`use_pooled_cpu_allocator`: TensorFlow's pooling (BFC) CPU allocator, chosen explicitly."""
+"""TensorFlow's pooling (BFC) CPU allocator: chosen on import, or by `use_pooled_cpu_allocator`."""
 
 import os
 import sys
@@ -24,9 +24,14 @@ def use_pooled_cpu_allocator(enabled=True):
     the processes it starts). TensorFlow reads the variable once, when its
     runtime starts at the first TensorFlow operation (building a model runs
     some): call this function before that. Importing TensorFlow or Keras first
-    is fine. Importing `keras_capsules` changes nothing; the `keras-capsules`
-    command calls it unless the variable is already set. It has no effect on
-    the JAX and PyTorch backends.
+    is fine. It has no effect on the JAX and PyTorch backends.
+
+    Importing `keras_capsules` (and so `applications`, or the `keras-capsules`
+    command) already selects the pool, the same way, unless the variable is
+    set (a value the user set is kept: `TF_CPU_ALLOCATOR_USE_BFC=false` keeps
+    TensorFlow's default allocator) or TensorFlow's runtime has started (then
+    nothing changes, silently). Call this function to choose explicitly: it
+    overrides the variable.
 
     Where TensorFlow runs its oneDNN kernels (its default on CPUs with VNNI,
     AVX-512 VNNI or AVX-VNNI, or newer extensions, or with
@@ -73,6 +78,18 @@ def use_pooled_cpu_allocator(enabled=True):
         stacklevel=2,
     )
     return False
+
+
+def _choose_default():
+    """Select the pool on import, unless the user set the variable or it is too late.
+
+    Returns:
+        `True` if this call set the variable.
+    """
+    if ENVIRONMENT_VARIABLE in os.environ or _tensorflow_started():
+        return False
+    os.environ[ENVIRONMENT_VARIABLE] = "true"
+    return True
 
 
 def _tensorflow_started():

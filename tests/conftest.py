@@ -1,11 +1,6 @@
 import os
 
-import keras_capsules
-
-# As the command line does, before anything imports TensorFlow: the suite's
-# training tests spend a large share of their steps in page faults without it.
-if "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ:
-    keras_capsules.use_pooled_cpu_allocator()
+import keras_capsules  # noqa: F401  (before TensorFlow runs: it selects the pooled allocator)
 
 # Before JAX starts, here and in the processes tests start (they inherit the
 # variable): XLA's CPU compiler at LLVM's default optimisation takes seconds per

@@ -1,4 +1,4 @@
-"""`use_pooled_cpu_allocator` selects TensorFlow's pooling CPU allocator; importing does not."""
+"""Importing keras_capsules selects TensorFlow's pooling CPU allocator unless the user chose."""
 
 import os
 import platform
@@ -23,6 +23,17 @@ except ValueError:
 
 _IMPORT_ONLY = """
 import os
+import keras_capsules
+print(os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"))
+"""
+
+# TensorFlow ran before the import: the import changes nothing, and says nothing.
+_IMPORT_TOO_LATE = """
+import os
+import warnings
+import tensorflow as tf
+tf.ones((4, 4)).numpy()
+warnings.simplefilter("error")
 import keras_capsules
 print(os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"))
 """
@@ -90,7 +101,10 @@ def _start(code, value=None, onednn="0"):
 # Each probe in its own process (TensorFlow chooses its allocator once), all
 # started at once: importing TensorFlow takes seconds and one core.
 _PROBES = {
-    "import only": (_IMPORT_ONLY,),
+    "import only, None": (_IMPORT_ONLY, None),
+    "import only, false": (_IMPORT_ONLY, "false"),
+    "import only, true": (_IMPORT_ONLY, "true"),
+    "import too late": (_IMPORT_TOO_LATE,),
     "call first, None": (_CALL_FIRST, None),
     "call first, false": (_CALL_FIRST, "false"),
     "call after importing Keras": (_CALL_AFTER_IMPORTING_KERAS,),
@@ -125,8 +139,21 @@ def probe():
 
 
 @requires_tensorflow
-def test_importing_keras_capsules_changes_no_allocator(probe):
-    assert probe("import only") == ["None", "default"]
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, ["true", "pooled True"]),
+        ("false", ["false", "default"]),  # the user's value is kept: the way out
+        ("true", ["true", "pooled True"]),
+    ],
+)
+def test_importing_keras_capsules_chooses_the_pool_unless_the_user_did(probe, value, expected):
+    assert probe(f"import only, {value}") == expected
+
+
+@requires_tensorflow
+def test_importing_after_tensorflow_ran_changes_nothing_silently(probe):
+    assert probe("import too late") == ["None", "default"]
 
 
 @requires_tensorflow

@@ -24,12 +24,10 @@ def main(argv=None):
     """Run the `keras-capsules` command with the arguments `argv`.
 
     TensorFlow's C++ info logs are left out (`TF_CPP_MIN_LOG_LEVEL=1`) unless
-    the environment sets `TF_CPP_MIN_LOG_LEVEL`. Before the subcommand runs,
-    the command selects TensorFlow's pooling CPU allocator
-    (`keras_capsules.use_pooled_cpu_allocator`) unless the environment
-    variable `TF_CPU_ALLOCATOR_USE_BFC` is already set
-    (`TF_CPU_ALLOCATOR_USE_BFC=false` keeps TensorFlow's default) or
-    TensorFlow ran an operation before `main` was called.
+    the environment sets `TF_CPP_MIN_LOG_LEVEL`. TensorFlow's pooling CPU
+    allocator is selected as on any import of `keras_capsules`
+    (`keras_capsules.use_pooled_cpu_allocator` says when, and how to keep
+    TensorFlow's default).
 
     Args:
         argv: the arguments after `keras-capsules`, as a list of strings;
@@ -55,14 +53,4 @@ def main(argv=None):
     # TensorFlow's C++ info logs (the CPU features it was not built for, ...) stay out
     # of the command's output unless the user sets TF_CPP_MIN_LOG_LEVEL.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    _choose_allocator()  # before the subcommand imports TensorFlow
     return COMMANDS[args.command].run(args)
-
-
-def _choose_allocator():
-    """Pool TensorFlow's CPU memory, unless the user chose otherwise or it is too late."""
-    from keras_capsules import _allocator
-
-    if _allocator.ENVIRONMENT_VARIABLE in os.environ or _allocator._tensorflow_started():
-        return
-    _allocator.use_pooled_cpu_allocator()
