@@ -6,7 +6,6 @@ from keras import ops
 
 from applications._defaults import PortableCompile
 from applications._defaults import default_optimizer
-from applications._defaults import steps_per_execution
 from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
 from applications._losses import batch_mean
@@ -108,7 +107,6 @@ class CapsuleClassifier(
         if compile:
             self.compile(
                 optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
-                steps_per_execution=steps_per_execution(),
                 metrics=self._default_metrics(),
             )
 

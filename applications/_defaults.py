@@ -81,24 +81,10 @@ def default_optimizer(learning_rate, decay_steps, decay_rate):
     )
 
 
-STEPS_PER_EXECUTION = 32
-"""Training steps per call of the compiled step in the applications' default compile."""
-
-
-def steps_per_execution():
-    """`STEPS_PER_EXECUTION`, or 1 on PyTorch, whose Keras trainer runs one step per call.
-
-    At a small batch the work Keras does on the host around each call (the
-    callbacks, the logs, the data iterator) takes a large share of a step;
-    several steps per call share it. Each step computes what it computes alone.
-    """
-    return 1 if keras.backend.backend() == "torch" else STEPS_PER_EXECUTION
-
-
 class PortableCompile:
     """Loads a compiled model saved on another backend: PyTorch runs one step per call.
 
-    A model compiled with `steps_per_execution > 1` on TensorFlow or JAX saves
+    A model a user compiled with `steps_per_execution > 1` on TensorFlow or JAX saves
     that value in its compile config; on PyTorch Keras refuses it in `fit`,
     `evaluate` and `predict`, so there the loaded model runs one step per call.
     """

@@ -4,7 +4,6 @@ import keras
 
 from applications._defaults import PortableCompile
 from applications._defaults import default_optimizer
-from applications._defaults import steps_per_execution
 from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
 from keras_capsules._validation import check_model_arguments
@@ -53,7 +52,6 @@ class SoftmaxClassifier(PortableCompile, PortableExport, InputRangeCheck, keras.
         if compile:
             self.compile(
                 optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
-                steps_per_execution=steps_per_execution(),
                 loss="sparse_categorical_crossentropy",
                 metrics=["accuracy"],
             )

@@ -5,7 +5,6 @@ from applications._classes import resolve_classes
 from applications._defaults import PortableCompile
 from applications._defaults import default_optimizer
 from applications._defaults import dtype_policy
-from applications._defaults import steps_per_execution
 from applications._export import PortableExport
 from applications._inputs import PIXELS
 from applications._inputs import InputRangeCheck
@@ -240,7 +239,6 @@ class MatrixCapsNet(
         if compile:
             self.compile(
                 optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
-                steps_per_execution=steps_per_execution(),
                 metrics=["accuracy"],
             )
 

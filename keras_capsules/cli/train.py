@@ -219,7 +219,7 @@ def _add_run_options(group):
         type=positive_int,
         default=None,
         help="training steps per call of the compiled step: each computes the same, the "
-        "callbacks and the progress bar see every N-th (the model's default: 32, 1 on PyTorch)",
+        "callbacks and the progress bar see every N-th (1; more can pay on a GPU, not on PyTorch)",
     )
     group.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     group.add_argument(

@@ -66,12 +66,30 @@ not_on_torch = pytest.mark.skipif(
 )
 
 
-def test_default_compile_runs_several_steps_per_call_except_on_torch():
+def test_default_compile_runs_one_step_per_call():
+    assert applications.CapsNetMNIST(**TINY).steps_per_execution == 1
+    assert applications.EfficientCapsNet().steps_per_execution == 1
+    assert applications.BaselineCNN().steps_per_execution == 1
+    assert applications.MatrixCapsNet(A=8, B=2, C=2, D=2, iterations=1).steps_per_execution == 1
+
+
+def test_progress_bars_count_every_batch_and_calls_print_no_retracing(capsys, caplog):
+    """`predict` on a few images reads 1/1; an epoch of 3 batches 3/3; new sizes stay quiet."""
     model = applications.CapsNetMNIST(**TINY)
-    expected = 1 if keras.backend.backend() == "torch" else _defaults.STEPS_PER_EXECUTION
-    assert model.steps_per_execution == expected > 0
-    assert applications.EfficientCapsNet().steps_per_execution == expected
-    assert applications.BaselineCNN().steps_per_execution == expected
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(24, 28, 28, 1), dtype=np.uint8)
+    y = rng.integers(0, 10, size=24)
+    capsys.readouterr()
+    with caplog.at_level("WARNING"):
+        model.predict(x[:8])
+        predicted = capsys.readouterr().out
+        model.fit(x, y, batch_size=8, epochs=1)
+        trained = capsys.readouterr().out
+        for n in (3, 5, 7, 9, 11, 13):
+            model.predict(x[:n], verbose=0)
+    assert "1/1" in predicted and "/1" not in predicted.replace("1/1", "")
+    assert "3/3" in trained and "32/" not in trained
+    assert not [r for r in caplog.records if "retracing" in r.getMessage()]
 
 
 def _trained_weights(steps_per_execution, x, y):
