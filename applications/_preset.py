@@ -3,8 +3,11 @@
 A preset folder holds `config.json` (the model's Keras serialization),
 `model.weights.h5` (its weights, float32 or stored as float16) and
 `metadata.json` (how it was made, its test accuracy, and the SHA-256 of the
-weights file, checked before every load). The presets the package ships live
-in `applications/presets/NAME`.
+weights file, checked before every load). The presets the package ships keep
+their config and metadata in `applications/presets/NAME`, and their weights in
+the `keras-capsules-presets` distribution (`keras_capsules_presets/NAME`), or,
+where it is not installed, in Keras's cache, downloaded once from
+`$KERAS_CAPSULES_PRESETS_URL/NAME/model.weights.h5`.
 """
 
 import datetime
@@ -17,6 +20,7 @@ import keras
 import numpy as np
 
 from applications._transfer import transfer_weights
+from keras_capsules import _download
 from keras_capsules._atomic import write_json
 from keras_capsules._optional import require
 
@@ -24,6 +28,8 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
 METADATA_FILE = "metadata.json"
 PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets")
+PRESETS_URL_VARIABLE = "KERAS_CAPSULES_PRESETS_URL"
+"""The environment variable naming where the shipped presets' weights can be downloaded."""
 _WEIGHTS_DTYPES = (None, "float32", "float16")
 
 
@@ -90,14 +96,14 @@ def list_presets():
                 "data": (metadata.get("data") or {}).get("name"),
                 "test_accuracy": metadata.get("test_accuracy"),
                 "parameters": metadata.get("parameter_count"),
-                "size": os.path.getsize(os.path.join(folder, WEIGHTS_FILE)),
+                "size": metadata.get("weights_bytes"),
                 "description": metadata.get("description", ""),
             }
         )
     return presets
 
 
-def _download(preset):
+def _hub_download(preset):
     """A local folder for an `hf://` or `kaggle://` handle, through the hub's own client."""
     scheme, handle = preset.split("://", 1)
     if scheme == "hf":
@@ -116,7 +122,7 @@ def preset_folder(preset):
         )
     preset = os.fspath(preset)
     if preset.startswith(("hf://", "kaggle://")):
-        return _download(preset)
+        return _hub_download(preset)
     if preset in _shipped():
         return os.path.join(PRESETS_DIR, preset)
     if os.path.isdir(preset):
@@ -131,10 +137,39 @@ def preset_folder(preset):
     )
 
 
+def shipped_weights(name, metadata):
+    """The weights file of the shipped preset `name`: installed, cached, or downloaded now."""
+    installed = _download.installed_folder("keras_capsules_presets", name)
+    if installed is not None and os.path.isfile(os.path.join(installed, WEIGHTS_FILE)):
+        return os.path.join(installed, WEIGHTS_FILE)
+    base = os.environ.get(PRESETS_URL_VARIABLE)
+    hint = _download.install_hint(_download.PRESETS_DISTRIBUTION)
+    if not base:
+        raise ValueError(
+            f"The weights of the preset {name!r} are not installed: {hint}; or set "
+            f"{PRESETS_URL_VARIABLE} to a server holding NAME/{WEIGHTS_FILE}."
+        )
+    try:
+        return _download.download(
+            f"{base.rstrip('/')}/{name}/{WEIGHTS_FILE}",
+            WEIGHTS_FILE,
+            os.path.join("models", "keras_capsules", name),
+            sha256=metadata.get("weights_sha256"),
+        )
+    except OSError as error:
+        raise ValueError(
+            f"The weights of the preset {name!r} are not installed and {error}. "
+            f"Install them: {hint}."
+        ) from None
+
+
 def check_weights(folder, metadata):
     """Raise a `ValueError` naming the weights file unless its SHA-256 is the recorded one."""
     path = os.path.join(folder, WEIGHTS_FILE)
     expected = metadata.get("weights_sha256")
+    shipped = os.path.dirname(os.path.abspath(folder)) == PRESETS_DIR
+    if not os.path.isfile(path) and shipped and expected:
+        path = shipped_weights(os.path.basename(os.path.abspath(folder)), metadata)
     if not os.path.isfile(path):
         raise ValueError(f"The preset has no weights file: {path}")
     if not expected:

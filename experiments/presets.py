@@ -12,10 +12,12 @@ epoch expected to fit in the budget, so a long run can be split over sessions.
 When every epoch is done, the model is evaluated on the full test set in
 float32, its weights are tried stored as float16 (kept when the test accuracy
 moves by at most `--float16-tolerance` points, 0.02), and the preset is written
-with `save_to_preset` to `--output` (by default `applications/presets/NAME`,
-the folder the package ships) with its metadata: data set and file checksums,
-this command, seed, epochs, wall time, machine, backend, versions, both test
-accuracies. Rerunning a finished run writes the preset again without training.
+with `save_to_preset` to `--output` (by default where the package ships it: the
+config and metadata in `applications/presets/NAME`, the weights in
+`distributions/keras-capsules-presets/keras_capsules_presets/NAME`) with its
+metadata: data set and file checksums, this command, seed, epochs, wall time,
+machine, backend, versions, both test accuracies. Rerunning a finished run writes
+the preset again without training.
 
     python experiments/presets.py capsnet_mnist --minutes 90
     python experiments/presets.py --list
@@ -35,12 +37,14 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
 from _training import log
 
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PRESETS_PACKAGE = ("distributions", "keras-capsules-presets", "keras_capsules_presets")
 _EFFICIENT = {
     "model": "EfficientCapsNet",
     "batch_size": 16,
@@ -122,7 +126,7 @@ def parse_args(argv=None):
         "--steps-per-execution",
         type=int,
         default=None,
-        help="training steps per call of the compiled step (the model's default: 32, 1 on PyTorch)",
+        help="training steps per call of the compiled step (1)",
     )
     parser.add_argument(
         "--smoke", action="store_true", help="600 training and 500 test images, 2 epochs"
@@ -392,8 +396,22 @@ def write_preset(args, recipe, model, progress):
         "test_accuracy_float16_weights": float16,
         "weights_dtype": stored,
     }
-    output = args.output or os.path.join(_REPOSITORY, "applications", "presets", recipe["name"])
-    model.save_to_preset(output, metadata=metadata, weights_dtype=stored)
+    if args.output:
+        model.save_to_preset(args.output, metadata=metadata, weights_dtype=stored)
+        return args.output, metadata
+    # A shipped preset: its weights go to the keras-capsules-presets distribution, its
+    # config and metadata (with the weights' SHA-256) to applications/presets.
+    output = os.path.join(_REPOSITORY, "applications", "presets", recipe["name"])
+    weights = os.path.join(_REPOSITORY, *_PRESETS_PACKAGE, recipe["name"])
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(output)) as written:
+        model.save_to_preset(written, metadata=metadata, weights_dtype=stored)
+        os.makedirs(weights, exist_ok=True)
+        os.makedirs(output, exist_ok=True)
+        os.replace(
+            os.path.join(written, "model.weights.h5"), os.path.join(weights, "model.weights.h5")
+        )
+        for name in ("config.json", "metadata.json"):
+            os.replace(os.path.join(written, name), os.path.join(output, name))
     return output, metadata
 
 

@@ -2,9 +2,10 @@
 
 `mnist` and `fashion_mnist` describe their files with an `IdxDataset`, and
 their `load_data()` is `IdxDataset.load_data()`: find the four files (`.gz` or
-decompressed), check each against the SHA-256 of the decompressed canonical
-file, parse it, and fall back to TensorFlow Datasets when none of the files is
-there. Error messages name the data set and the file.
+decompressed) in the folder given, in the `keras-capsules-datasets`
+distribution, or in Keras's cache after downloading them once; check each
+against the SHA-256 of the decompressed canonical file, and parse it. Error
+messages name the data set and the file.
 """
 
 import dataclasses
@@ -13,7 +14,7 @@ import hashlib
 import os
 import zlib
 
-from keras_capsules._optional import require
+from keras_capsules import _download
 from keras_capsules.datasets import _files
 from keras_capsules.datasets import idx
 
@@ -24,6 +25,9 @@ TEST_LABELS = "t10k-labels-idx1-ubyte"
 NAMES = (TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS)
 """The four files of the canonical distribution, without `.gz`."""
 
+DATASETS_URL_VARIABLE = "KERAS_CAPSULES_DATASETS_URL"
+"""The environment variable naming a mirror: `$KERAS_CAPSULES_DATASETS_URL/mnist/...gz`."""
+
 
 @dataclasses.dataclass(frozen=True)
 class IdxDataset:
@@ -31,18 +35,42 @@ class IdxDataset:
 
     Attributes:
         title: the data set's name in messages ("MNIST").
-        module: the loader's module in `keras_capsules.datasets` ("mnist").
-        tfds_name: the TensorFlow Datasets name of the fallback ("mnist").
-        default_path: the folder of the copy shipped with the package.
+        module: the loader's module in `keras_capsules.datasets` ("mnist"),
+            also its folder in `keras-capsules-datasets` and in the cache.
+        url: the folder of the canonical `.gz` files on the web.
         files: SHA-256 of each decompressed canonical file, keyed by the
             names in `NAMES`.
     """
 
     title: str
     module: str
-    tfds_name: str
-    default_path: str
+    url: str
     files: dict
+
+    def installed_path(self):
+        """The folder of the files in `keras-capsules-datasets`, or `None` if not installed."""
+        return _download.installed_folder("keras_capsules_datasets", self.module)
+
+    def download(self):
+        """The folder in Keras's cache holding the four `.gz` files, downloaded if absent.
+
+        The files come from `url`, or from `$KERAS_CAPSULES_DATASETS_URL/MODULE/`
+        where that variable names a mirror.
+        """
+        mirror = os.environ.get(DATASETS_URL_VARIABLE)
+        base = f"{mirror.rstrip('/')}/{self.module}/" if mirror else self.url
+        subdir = os.path.join("datasets", "keras_capsules", self.module)
+        try:
+            paths = [
+                _download.download(base + name + ".gz", name + ".gz", subdir) for name in NAMES
+            ]
+        except OSError as error:
+            raise ValueError(
+                f"{self.title} is not installed and {error}. Install the data sets: "
+                f"{_download.install_hint(_download.DATASETS_DISTRIBUTION)}, or pass `path`, "
+                f"a folder holding the four files."
+            ) from None
+        return os.path.dirname(paths[0])
 
     def read(self, filename, expected_sha256=None):
         """Parse `filename` (gzipped if it ends in `.gz`); check its SHA-256 if one is given."""
@@ -65,55 +93,46 @@ class IdxDataset:
                 )
         return idx.parse(data, filename)
 
-    def load_tfds(self):
-        """Both splits from TensorFlow Datasets, as uint8 arrays like the files'."""
-        tfds = require(
-            "tensorflow_datasets", f"{self.module}.load_data without the {self.title} files"
-        )
-        splits = []
-        for split in ("train", "test"):
-            images, labels = tfds.as_numpy(
-                tfds.load(self.tfds_name, split=split, batch_size=-1, as_supervised=True)
-            )
-            splits.append((images[..., 0].astype("uint8"), labels.astype("uint8")))
-        return tuple(splits)
-
-    def load_data(self, path=None, verify=True, load_tfds=None):
+    def load_data(self, path=None, verify=True):
         """`(x_train, y_train), (x_test, y_test)` from the four files in `path`.
 
         Args:
-            path: the folder (default: `default_path`).
-            verify: check each file against `files`.
-            load_tfds: the fallback when no file is in `path` (default:
-                `self.load_tfds`); the loaders pass their module's own, so
-                that it can be replaced in tests.
+            path: the folder. Default: `keras-capsules-datasets`'s copy, or
+                else the copy in Keras's cache, downloaded if absent.
+            verify: check each file against `files`. A downloaded file that
+                fails the check is removed, so that the next call downloads
+                it again.
         """
-        path = self.default_path if path is None else os.fspath(path)
+        downloaded = False
+        if path is None:
+            path = self.installed_path()
+            if path is None:
+                path, downloaded = self.download(), True
+        path = os.fspath(path)
         found = {name: _files.find(path, name) for name in NAMES}
-        if not any(found.values()):
-            try:
-                return (load_tfds or self.load_tfds)()
-            except Exception as error:
-                where = (
-                    "The package's copy is missing"
-                    if path == self.default_path
-                    else (
-                        f"Folder {path} holds none of the {self.title} files ({', '.join(NAMES)})"
-                    )
-                )
-                raise ValueError(
-                    f"{where}, and TensorFlow Datasets could not load '{self.tfds_name}' "
-                    f"({type(error).__name__}: {error})."
-                ) from None
         missing = [name for name, filename in found.items() if filename is None]
+        if len(missing) == len(NAMES):
+            raise ValueError(
+                f"Folder {path} holds none of the {self.title} files ({', '.join(NAMES)}, "
+                ".gz or decompressed)."
+            )
         if missing:
             raise ValueError(
                 f"{self.title} folder {path} lacks {', '.join(missing)} (.gz or decompressed)."
             )
-        arrays = {
-            name: self.read(filename, self.files[name] if verify else None)
-            for name, filename in found.items()
-        }
+        arrays = {}
+        for name, filename in found.items():
+            try:
+                arrays[name] = self.read(filename, self.files[name] if verify else None)
+            except ValueError as error:
+                if not downloaded:
+                    raise
+                os.remove(filename)
+                raise ValueError(
+                    f"{error} It was downloaded from "
+                    f"{os.environ.get(DATASETS_URL_VARIABLE) or self.url} and is removed: "
+                    "loading again downloads it again."
+                ) from None
         return (
             (arrays[TRAIN_IMAGES], arrays[TRAIN_LABELS]),
             (arrays[TEST_IMAGES], arrays[TEST_LABELS]),

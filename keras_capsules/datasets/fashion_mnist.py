@@ -1,25 +1,24 @@
-"""Fashion-MNIST, offline: the canonical IDX files shipped with the package, verified by SHA-256.
+"""Fashion-MNIST: the canonical IDX files, verified by SHA-256.
 
 Fashion-MNIST (Xiao, Rasul and Vollgraf, 2017, Zalando Research) is a drop-in
 replacement for MNIST: 28x28 grey images of 10 kinds of clothing
 (`CLASS_NAMES`), 60,000 for training and 10,000 for testing, in the same four
 IDX files. It is distributed under the MIT licence, Copyright 2017 Zalando SE
-(`data/fashion_mnist/LICENSE` in this package).
+(`fashion_mnist/LICENSE` in the `keras-capsules-datasets` distribution).
 
 `load_data()` mirrors `keras.datasets.fashion_mnist.load_data()`, with the same
-reader as `mnist.load_data()`: the four files are read from `path` (default:
-the copy inside this package) and checked against the SHA-256 of the
-decompressed canonical files; a corrupt or truncated file raises a
-`ValueError` naming it. When the files are absent, the loader falls back to
-TensorFlow Datasets (`tfds.load("fashion_mnist")`), which downloads where a
-network exists. The images take `mnist.training_pipeline()` as they are.
+reader as `mnist.load_data()`: the four files are read from `path`, by
+default from the `keras-capsules-datasets` distribution, or else from Keras's
+cache, where they are downloaded once from `URL`; each is checked against the
+SHA-256 of the decompressed canonical files, and a corrupt or truncated file
+raises a `ValueError` naming it. The images take `mnist.training_pipeline()`
+as they are.
 """
-
-import os
 
 from keras_capsules.datasets import _idx_dataset
 
-DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "data", "fashion_mnist")
+URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
+"""Where the canonical `.gz` files are downloaded from when `keras-capsules-datasets` is absent."""
 
 FILES = {
     "train-images-idx3-ubyte": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
@@ -44,16 +43,8 @@ CLASS_NAMES = (
 """The name of each label 0-9, as Zalando Research gives them."""
 
 _DATASET = _idx_dataset.IdxDataset(
-    title="Fashion-MNIST",
-    module="fashion_mnist",
-    tfds_name="fashion_mnist",
-    default_path=DEFAULT_PATH,
-    files=FILES,
+    title="Fashion-MNIST", module="fashion_mnist", url=URL, files=FILES
 )
-
-
-def _load_tfds():
-    return _DATASET.load_tfds()
 
 
 def load_data(path=None, verify=True):
@@ -61,8 +52,10 @@ def load_data(path=None, verify=True):
 
     Args:
         path: folder holding the four canonical files (`.gz` or
-            decompressed). Default: the copy shipped in this package. If
-            none of the files is there, TensorFlow Datasets is used.
+            decompressed). Default: `keras-capsules-datasets`'s copy, or
+            else Keras's cache
+            (`$KERAS_HOME/datasets/keras_capsules/fashion_mnist`), where they
+            are downloaded once.
         verify: check each file against the canonical SHA-256.
 
     Returns:
@@ -73,8 +66,8 @@ def load_data(path=None, verify=True):
     Raises:
         ValueError: a file is corrupt, truncated, or not the canonical one
             (the message names the file), or only some files are present, or
-            none is and TensorFlow Datasets could not load Fashion-MNIST
-            either.
+            the data sets are not installed and the download failed (the
+            message names the distribution to install).
 
     Example:
 
@@ -85,4 +78,4 @@ def load_data(path=None, verify=True):
     >>> fashion_mnist.CLASS_NAMES[y_train[0]]
     'Ankle boot'
     """
-    return _DATASET.load_data(path, verify, load_tfds=_load_tfds)
+    return _DATASET.load_data(path, verify)

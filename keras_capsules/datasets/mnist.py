@@ -1,17 +1,15 @@
-"""MNIST, offline: the canonical IDX files shipped with the package, verified by SHA-256.
+"""MNIST: the canonical IDX files, verified by SHA-256.
 
 `load_data()` mirrors `keras.datasets.mnist.load_data()`. The four files of
-the canonical distribution are read from `path` (default: the copy inside this
-package) and checked against the SHA-256 of the decompressed files published
-with MNIST; a corrupt or truncated file raises a `ValueError` naming it. When
-the files are absent, the loader falls back to TensorFlow Datasets
-(`tfds.load("mnist")`), which downloads where a network exists.
+the canonical distribution are read from `path`, by default from the
+`keras-capsules-datasets` distribution (installed by the README's commands),
+or else from Keras's cache, where they are downloaded once from `URL`; each is
+checked against the SHA-256 of the decompressed files published with MNIST,
+and a corrupt or truncated file raises a `ValueError` naming it.
 
 `training_pipeline()` is the paper's input pipeline: random shifts of up to
 2 pixels in each direction with zero padding, shuffled and batched.
 """
-
-import os
 
 import numpy as np
 
@@ -20,7 +18,8 @@ from keras_capsules._validation import is_int
 from keras_capsules.datasets import _idx_dataset
 from keras_capsules.datasets._shift import shifted_windows
 
-DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "data", "mnist")
+URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
+"""Where the canonical `.gz` files are downloaded from when `keras-capsules-datasets` is absent."""
 
 FILES = {
     "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
@@ -30,13 +29,7 @@ FILES = {
 }
 """SHA-256 of the decompressed canonical files."""
 
-_DATASET = _idx_dataset.IdxDataset(
-    title="MNIST", module="mnist", tfds_name="mnist", default_path=DEFAULT_PATH, files=FILES
-)
-
-
-def _load_tfds():
-    return _DATASET.load_tfds()
+_DATASET = _idx_dataset.IdxDataset(title="MNIST", module="mnist", url=URL, files=FILES)
 
 
 def load_data(path=None, verify=True):
@@ -44,8 +37,9 @@ def load_data(path=None, verify=True):
 
     Args:
         path: folder holding the four canonical files (`.gz` or
-            decompressed). Default: the copy shipped in this package. If
-            none of the files is there, TensorFlow Datasets is used.
+            decompressed). Default: `keras-capsules-datasets`'s copy, or
+            else Keras's cache (`$KERAS_HOME/datasets/keras_capsules/mnist`),
+            where they are downloaded once.
         verify: check each file against the canonical SHA-256.
 
     Returns:
@@ -56,7 +50,8 @@ def load_data(path=None, verify=True):
     Raises:
         ValueError: a file is corrupt, truncated, or not the canonical one
             (the message names the file), or only some files are present, or
-            none is and TensorFlow Datasets could not load MNIST either.
+            the data sets are not installed and the download failed (the
+            message names the distribution to install).
 
     Example:
 
@@ -65,7 +60,7 @@ def load_data(path=None, verify=True):
     >>> x_train.shape, x_test.shape
     ((60000, 28, 28), (10000, 28, 28))
     """
-    return _DATASET.load_data(path, verify, load_tfds=_load_tfds)
+    return _DATASET.load_data(path, verify)
 
 
 def random_shift(images, max_shift=2, seed=None):
