@@ -127,11 +127,20 @@ def reconstruction_loss(images, reconstructions, weight=0.0005):
 def spread_loss(labels, activations, margin):
     """Hinton et al., section 3.1: `L = sum_{i != t} max(0, m - (a_t - a_i))^2`.
 
-    Averaged over the batch; `labels` are integer targets `t`.
+    Averaged over the batch; `labels` are integer targets `t`, or sets of
+    them (several targets: each against every non-target).
     """
     losses = []
-    for t, a in zip(labels, activations):
-        losses.append(sum(max(0.0, margin - (a[t] - a[i])) ** 2 for i in range(len(a)) if i != t))
+    for targets, a in zip(labels, activations):
+        targets = {int(targets)} if np.ndim(targets) == 0 else {int(t) for t in targets}
+        losses.append(
+            sum(
+                max(0.0, margin - (a[t] - a[i])) ** 2
+                for t in targets
+                for i in range(len(a))
+                if i not in targets
+            )
+        )
     return np.mean(losses)
 
 

@@ -18,6 +18,12 @@ class SpreadLoss(keras.losses.Loss):
     `keras.Variable` (which `keras_capsules.callbacks.SpreadMarginSchedule`
     raises for a model compiled with this loss).
 
+    With several targets (a multi-hot `y_true`, as MultiMNIST's pairs of
+    digits) every target is held against every non-target:
+    `L = sum_{t in T} sum_{i not in T} max(0, m - (a_t - a_i))^2`, which is
+    the paper's loss for one target. The targets are not compared with each
+    other, so both can be active at once.
+
     Args:
         margin: the margin `m` (0.2, the paper's starting value), a float in
             (0, 1], a scalar tensor or a scalar `keras.Variable`.
@@ -25,7 +31,8 @@ class SpreadLoss(keras.losses.Loss):
         name: name of the loss.
 
     Call arguments:
-        y_true: class indices `(batch,)` or one-hot labels `(batch, num_classes)`.
+        y_true: class indices `(batch,)`, or one-hot or multi-hot labels
+            `(batch, num_classes)` (1 for each target, 0 elsewhere).
         y_pred: class activations `(batch, num_classes)`.
 
     Example:
@@ -34,6 +41,9 @@ class SpreadLoss(keras.losses.Loss):
     >>> loss = SpreadLoss(margin=0.5)
     >>> float(loss(np.array([0]), np.array([[0.9, 0.6, 0.1]])))  # (0.5 - 0.3)^2
     0.04...
+    >>> two = np.array([[1.0, 1.0, 0.0]])  # targets 0 and 1; class 2 within both margins
+    >>> round(float(loss(two, np.array([[0.9, 0.6, 0.5]]))), 4)  # 0.1^2 + 0.4^2
+    0.17
 
     Reference:
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018,
@@ -53,10 +63,13 @@ class SpreadLoss(keras.losses.Loss):
     def call(self, y_true, y_pred):
         y_pred = ops.cast(y_pred, "float32")
         target = _one_hot_like(y_true, y_pred)
-        target_activation = ops.sum(target * y_pred, axis=-1, keepdims=True)
         margin = ops.cast(self.margin, "float32")
-        violations = ops.square(ops.relu(margin - (target_activation - y_pred)))
-        return ops.sum((1.0 - target) * violations, axis=-1)
+        # (batch, targets t, classes i): a_t - a_i for every pair, kept where t is a
+        # target and i is not.
+        gaps = ops.expand_dims(y_pred, -1) - ops.expand_dims(y_pred, -2)
+        pairs = ops.expand_dims(target, -1) * ops.expand_dims(1.0 - target, -2)
+        violations = ops.square(ops.relu(margin - gaps))
+        return ops.sum(pairs * violations, axis=(-2, -1))
 
     def get_config(self):
         config = super().get_config()

@@ -20,6 +20,27 @@ def test_matches_the_paper_formula(margin):
     np.testing.assert_allclose(float(loss(one_hot, activations)), expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("margin", [0.2, 0.9])
+def test_several_targets_each_against_every_non_target(margin):
+    rng = np.random.default_rng(1)
+    activations = rng.uniform(size=(16, 10)).astype("float32")
+    pairs = np.stack([rng.choice(10, size=2, replace=False) for _ in range(16)])
+    multi_hot = np.zeros((16, 10), "float32")
+    np.put_along_axis(multi_hot, pairs, 1.0, axis=-1)
+    loss = SpreadLoss(margin=margin)
+    expected = ref.spread_loss(pairs, activations, margin)
+    np.testing.assert_allclose(float(loss(multi_hot, activations)), expected, rtol=1e-5)
+
+
+def test_two_targets_are_both_raised_and_not_set_against_each_other():
+    loss = SpreadLoss(margin=0.5)
+    two = np.array([[1.0, 1.0, 0.0]], "float32")
+    # Both targets lead the non-target by the margin: nothing to learn, whatever their gap.
+    assert float(loss(two, np.array([[0.95, 0.55, 0.05]], "float32"))) == 0.0
+    grad = gradient(lambda a: loss(two, a), np.array([[0.5, 0.4, 0.3]], "float32"))
+    assert grad[0, 0] < 0 and grad[0, 1] < 0 < grad[0, 2]
+
+
 def test_zero_when_target_leads_by_the_margin_and_gradient_pushes_apart():
     loss = SpreadLoss(margin=0.5)
     assert float(loss(np.array([1]), np.array([[0.1, 0.9, 0.39]], "float32"))) == 0.0
