@@ -8,6 +8,13 @@ figure 4 of Sabour et al. 2017, live.
 Gradio is an optional dependency: `pip install "keras-capsules[explore]"`.
 """
 
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import threading
+
 import numpy as np
 
 from keras_capsules._class_names import class_name
@@ -205,8 +212,8 @@ def build_explorer(model, images=None, labels=None, title="Capsule explorer"):
     capsule_dim = blank_poses.shape[-1]
     pick, draw, perturb = _callbacks(gr, session, model, images, capsule_dim)
 
-    # Uploads older than 10 minutes are deleted every 10 minutes, and all of them
-    # when the server stops.
+    # Uploads and shown images older than 10 minutes are deleted every 10 minutes;
+    # `launch_explorer` removes the rest with its own folder when it stops.
     with gr.Blocks(title=title, analytics_enabled=False, delete_cache=(600, 600)) as app:
         gr.Markdown(
             f"# {title}\n"
@@ -354,6 +361,14 @@ def launch_explorer(
     Uploads above `MAX_UPLOAD_SIZE` (2 MiB) are refused by Gradio, and drawings
     larger than `MAX_DRAWING_SIZE` pixels on a side from their header.
 
+    The uploaded drawings and the images the page shows are written to a
+    folder of this run's own, `keras-capsules-explore-*` inside Gradio's
+    upload folder (`GRADIO_TEMP_DIR`, or `gradio` in the system's temporary
+    folder), and the folder is removed when the explorer stops: with
+    `block=True` on Ctrl-C, on SIGTERM (from the main thread) or on an error,
+    with `block=False` on `app.close()` or at the interpreter's exit. Other
+    files in Gradio's upload folder are left alone.
+
     Args:
         model: a capsule network with a decoder.
         images: test images to pick from.
@@ -366,16 +381,104 @@ def launch_explorer(
     Returns:
         The launched `gradio.Blocks`; `app.close()` stops it.
     """
-    app = build_explorer(model, images, labels)
-    app.launch(
-        server_name=host,
-        server_port=port,
-        inbrowser=open_browser,
-        share=False,
-        prevent_thread_lock=not block,
-        show_error=True,
-        quiet=False,
-        footer_links=[],
-        max_file_size=MAX_UPLOAD_SIZE,
-    )
+    from gradio.utils import get_upload_folder
+
+    options = dict(host=host, port=port, open_browser=open_browser)
+    if not block:
+        folder = _new_folder(get_upload_folder())
+        try:
+            app = _launch(model, images, labels, folder, **options)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return _remove_on_close(app, folder)
+    stop = threading.Event()
+    app = None
+    with _on_sigterm(stop.set):
+        folder = _new_folder(get_upload_folder())
+        try:
+            app = _launch(model, images, labels, folder, **options)
+            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C stops the explorer
+                while app.is_running and not stop.wait(0.1):
+                    pass
+        finally:
+            if app is not None:
+                app.close()
+            shutil.rmtree(folder, ignore_errors=True)
     return app
+
+
+def _new_folder(parent):
+    """A new empty folder `keras-capsules-explore-*` in `parent`, made if missing."""
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix="keras-capsules-explore-", dir=parent)
+
+
+def _launch(model, images, labels, folder, host, port, open_browser):
+    """Build and launch the explorer without blocking, its files going to `folder`.
+
+    Gradio's components and server read `GRADIO_TEMP_DIR` when they are made,
+    so it names `folder` while they are, and is restored afterwards. `folder`
+    lies inside the upload folder Gradio reads later, which accepts its files.
+    """
+    with _environment("GRADIO_TEMP_DIR", folder):
+        app = build_explorer(model, images, labels)
+        app.launch(
+            server_name=host,
+            server_port=port,
+            inbrowser=open_browser,
+            share=False,
+            prevent_thread_lock=True,
+            show_error=True,
+            quiet=False,
+            footer_links=[],
+            max_file_size=MAX_UPLOAD_SIZE,
+        )
+    return app
+
+
+def _remove_on_close(app, folder):
+    """Make `app.close()`, or the interpreter's exit, remove `folder` after the server stops."""
+    import atexit
+
+    close = app.close
+
+    def close_and_remove(verbose=True):
+        try:
+            close(verbose)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    app.close = close_and_remove
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return app
+
+
+@contextlib.contextmanager
+def _environment(name, value):
+    """Set the environment variable `name` to `value` inside the block, then restore it."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+@contextlib.contextmanager
+def _on_sigterm(callback):
+    """Call `callback()` on SIGTERM inside the block, instead of dying at once.
+
+    Outside the main thread, where Python cannot set signal handlers, SIGTERM is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: callback())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

@@ -3,6 +3,7 @@
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -140,6 +141,92 @@ def test_the_explorer_limits_uploads(mnist_data):
         assert app.delete_cache == (600, 600)
     finally:
         app.close()
+
+
+def test_closing_a_launched_explorer_removes_its_folder(tmp_path, monkeypatch):
+    pytest.importorskip("gradio")
+    from keras_capsules.visualization import launch_explorer
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
+    app = launch_explorer(tiny(), port=free_port(), block=False)
+    try:
+        (folder,) = tmp_path.glob("keras-capsules-explore-*")
+        assert app.server_app.uploaded_file_dir == str(folder)
+        assert os.environ["GRADIO_TEMP_DIR"] == str(tmp_path)  # restored once launched
+    finally:
+        app.close()
+    assert not folder.exists()
+    assert tmp_path.exists()
+
+
+@pytest.mark.skipif(
+    BACKEND != "tensorflow", reason="drives the CLI in a subprocess, as the CLI tests: TensorFlow"
+)
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_the_explorer_removes_its_files_when_it_stops(tmp_path, stop):
+    """A drawing sent to `keras-capsules explore` and the images shown go when it is stopped.
+
+    The page stays connected, as a browser tab does; a file of the user's in
+    Gradio's upload folder stays.
+    """
+    pytest.importorskip("gradio")
+    gradio_client = pytest.importorskip("gradio_client")
+    import PIL.Image
+
+    model_path = tmp_path / "model.keras"
+    tiny().save(model_path)
+    drawing = tmp_path / "drawing.png"
+    PIL.Image.fromarray(stroke_canvas()).save(drawing)
+    uploads = tmp_path / "gradio"
+    kept = uploads / "mine" / "kept.png"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"not the explorer's")
+    port = free_port()
+    with open(tmp_path / "out.log", "w") as out, open(tmp_path / "err.log", "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "keras_capsules.cli", "explore", str(model_path)]
+            + ["--port", str(port), "--examples", "3"],
+            stdout=out,
+            stderr=err,
+            env=dict(
+                os.environ,
+                PYTHONUNBUFFERED="1",
+                GRADIO_ANALYTICS_ENABLED="False",
+                GRADIO_TEMP_DIR=str(uploads),
+            ),
+        )
+
+    def logs():
+        return (tmp_path / "out.log").read_text() + (tmp_path / "err.log").read_text()
+
+    def files():
+        return sorted(path for path in uploads.rglob("*") if path.is_file())
+
+    try:
+        try:
+            wait_for_http(port, "/", process, timeout=180)
+        except RuntimeError as error:
+            raise AssertionError(f"{error}:\n{logs()}") from None
+        client = gradio_client.Client(
+            f"http://127.0.0.1:{port}/", verbose=False, download_files=False
+        )
+        try:
+            upload = gradio_client.handle_file(str(drawing))
+            sketch = {"background": None, "layers": [], "composite": upload}
+            client.predict(sketch, api_name="/draw")
+            written = [path for path in files() if path != kept]
+            assert "drawing.png" in [path.name for path in written]
+            assert len(written) == 3  # the drawing, the input and the reconstruction
+            process.send_signal(getattr(signal, stop))
+            assert process.wait(timeout=60) == 0, logs()
+        finally:
+            client.close()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert files() == [kept], logs()
+    assert "Traceback" not in logs()
 
 
 @pytest.fixture
