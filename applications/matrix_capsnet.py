@@ -16,6 +16,7 @@ from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
 from applications._transfer import BackboneView
 from keras_capsules import routing
+from keras_capsules._compat import keras as keras_compat
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_model_arguments
 from keras_capsules._validation import is_int
@@ -268,8 +269,9 @@ class MatrixCapsNet(
     @spread_margin.setter
     def spread_margin(self, margin):
         self._spread_margin = _checked_margin(margin)
-        # The compiled steps read the margin when they are traced: trace them anew.
-        self.train_function = self.test_function = None
+        if self.compiled:  # the compiled steps read the margin when traced: make them anew
+            self.make_train_function(force=True)
+            self.make_test_function(force=True)
 
     def margin_at(self, step):
         """The margin at optimizer step `step`, a float32 scalar tensor."""
@@ -290,8 +292,7 @@ class MatrixCapsNet(
         # compiled step, not readable through `self.optimizer`, so the step the
         # margin depends on is handed to `compute_loss` here.
         if optimizer_variables is not None:
-            index = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.iterations))
-            self._optimizer_step = optimizer_variables[index]
+            self._optimizer_step = keras_compat.optimizer_step(self.optimizer, optimizer_variables)
         try:
             return super().compute_loss_and_updates(
                 *args, optimizer_variables=optimizer_variables, **kwargs

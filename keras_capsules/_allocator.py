@@ -101,9 +101,10 @@ def _tensorflow_started():
     """
     if "tensorflow" not in sys.modules:
         return False
-    context = sys.modules.get("tensorflow.python.eager.context")
+    from keras_capsules._compat import InternalChanged
+    from keras_capsules._compat import tensorflow as tensorflow_compat
+
     try:
-        current = context.context_safe()
-        return current is not None and current._context_handle is not None
-    except AttributeError:
+        return tensorflow_compat.runtime_started()
+    except InternalChanged:
         return True

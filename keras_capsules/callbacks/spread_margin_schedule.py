@@ -57,6 +57,7 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
         self.end = float(end)
         self.steps = steps
         self._targets = []
+        self._own_margin = False
         self._total = None
         self._step = None
         self._assigned = None
@@ -78,8 +79,9 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
                 )
             self._total = self.params["epochs"] * steps
         model = self.model
-        if isinstance(getattr(model, "spread_margin", None), keras.Variable):
-            self._targets = [model.spread_margin]
+        self._targets = []
+        self._own_margin = isinstance(getattr(model, "spread_margin", None), keras.Variable)
+        if self._own_margin:
             return
         if callable(getattr(model, "margin_at", None)):  # the margin is the model's own schedule
             schedule = keras.optimizers.schedules.PolynomialDecay(
@@ -92,7 +94,6 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
             ):
                 model.spread_margin = schedule
                 model.make_train_function(force=True)  # fit made it before calling us
-            self._targets = []
             return
         losses = model.loss if isinstance(model.loss, (list, tuple)) else [model.loss]
         if isinstance(model.loss, dict):
@@ -118,15 +119,18 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch
-        if not self._targets:
+        if not (self._own_margin or self._targets):
             return
         if self._step is None:  # read here, after BackupAndRestore has restored it
             self._step = int(ops.convert_to_numpy(self.model.optimizer.iterations))
         margin = self.margin_at(self._step)
         # Assign only when the margin has moved: on JAX every assignment syncs the state.
         if self._assigned is None or abs(margin - self._assigned) >= 1e-3:
-            _ = self.model  # on JAX, syncs the state so that the next step reads the new margin
-            for variable in self._targets:
+            # The model's variable through `self.model`, which on JAX first writes the
+            # training state back into the model's variables, so that the next step
+            # starts from them, the new margin among them.
+            targets = [self.model.spread_margin] if self._own_margin else self._targets
+            for variable in targets:
                 variable.assign(margin)
             self._assigned = margin
 

@@ -7,7 +7,6 @@ channels)` with a dynamic batch, and the outputs `probabilities`, `classes`
 file, LiteRT's interpreter (`ai-edge-litert`) the `.tflite` file.
 """
 
-import contextlib
 import importlib
 import re
 import tempfile
@@ -300,27 +299,18 @@ def _prediction_function(model, format, input_shape, output_kind):
     return tf, tf.function(predict, input_signature=[spec], autograph=False)
 
 
-@contextlib.contextmanager
 def _without_einsum_search():
     """Convert without tf2onnx's einsum optimizer, whose search is too slow for routing.
 
     For every einsum the optimizer times all orders of the equation's letters
     (5040 for `ClassMatrixCapsule`'s seven: most of a 25 s conversion of a
     small `MatrixCapsNetNORB`); ONNX Runtime runs the `Einsum` operation as it
-    is. The optimizer list is tf2onnx's internal table: if a tf2onnx release
-    moves it, the conversion runs with the optimizer, slower.
+    is. If a tf2onnx release moves its optimizers, the conversion runs with the
+    optimizer, slower.
     """
-    optimizer = importlib.import_module("tf2onnx.optimizer")
-    optimizers = getattr(optimizer, "_optimizers", None)
-    if not isinstance(optimizers, dict) or "einsum_optimizer" not in optimizers:
-        yield
-        return
-    without = type(optimizers)((k, v) for k, v in optimizers.items() if k != "einsum_optimizer")
-    optimizer._optimizers = without
-    try:
-        yield
-    finally:
-        optimizer._optimizers = optimizers
+    from keras_capsules._compat import tf2onnx as tf2onnx_compat
+
+    return tf2onnx_compat.without_optimizer("einsum_optimizer")
 
 
 def _expm1(graph, node, name, args):

@@ -148,102 +148,6 @@ def _one_line(status):
     return handler
 
 
-def _timed_protocol(request_timeout):
-    """uvicorn's HTTP/1.1 protocol, closing connections whose request is not in on time.
-
-    uvicorn times out idle keep-alive connections but not a request that
-    trickles in: a client that sends its headers or body a byte at a time
-    holds its connection forever, and enough of them exhaust the server. Here
-    a request must arrive whole (headers and body) within `request_timeout`
-    seconds of its first byte (of the connection, for the first request);
-    otherwise the connection is closed. Answering takes as long as it takes,
-    but a client must read it: when an answer fills the connection's send
-    buffer and the client reads none of it for `request_timeout` seconds, the
-    connection is aborted, which frees the buffered answer and the
-    connection's place under `--max-connections`.
-    """
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class TimedH11Protocol(_RequestDeadline, _ReadDeadline, H11Protocol):
-        _request_timeout = request_timeout
-        _arriving = (h11.IDLE, h11.SEND_BODY)  # the client's states while its request comes in
-
-    return TimedH11Protocol
-
-
-class _RequestDeadline:
-    """Protocol mixin closing a connection whose request is not in `_request_timeout` s."""
-
-    _request_timer = None
-
-    def connection_made(self, transport):
-        super().connection_made(transport)
-        self._arm()
-
-    def data_received(self, data):
-        if self._request_timer is None:
-            self._arm()
-        super().data_received(data)
-        if self.conn.their_state not in self._arriving:
-            self._disarm()  # the request is in (or the connection is over)
-
-    def connection_lost(self, exc):
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _arm(self):
-        self._disarm()
-        self._request_timer = self.loop.call_later(self._request_timeout, self._too_slow)
-
-    def _disarm(self):
-        if self._request_timer is not None:
-            self._request_timer.cancel()
-            self._request_timer = None
-
-    def _too_slow(self):
-        self._request_timer = None
-        if self.conn.their_state in self._arriving and not self.transport.is_closing():
-            self.logger.warning(
-                "Closed a connection whose request took over %s s to arrive",
-                self._request_timeout,
-            )
-            self.transport.close()
-
-
-class _ReadDeadline:
-    """Protocol mixin aborting a connection whose client reads none of a full send buffer."""
-
-    _send_timer = None
-
-    def connection_lost(self, exc):
-        self._stop_send_timer()
-        super().connection_lost(exc)
-
-    def pause_writing(self):  # the send buffer is full: the client must read
-        super().pause_writing()
-        if self._send_timer is None:
-            self._send_timer = self.loop.call_later(self._request_timeout, self._not_reading)
-
-    def resume_writing(self):
-        self._stop_send_timer()
-        super().resume_writing()
-
-    def _stop_send_timer(self):
-        if self._send_timer is not None:
-            self._send_timer.cancel()
-            self._send_timer = None
-
-    def _not_reading(self):
-        self._send_timer = None
-        if not self.transport.is_closing():
-            self.logger.warning(
-                "Aborted a connection whose client read none of its answer for %s s",
-                self._request_timeout,
-            )
-            self.transport.abort()  # drops the buffered answer at once
-
-
 def _import_kserve():
     # kserve.model_server parses sys.argv when imported; keep ours away from it.
     argv, sys.argv = sys.argv, sys.argv[:1]
@@ -308,7 +212,7 @@ def build_server(
     app.add_middleware(ReadOnlyEndpoints, predict_path=f"/v1/models/{name}:predict")
     app.add_middleware(_CleanServerErrors)  # added last: outermost of ours
 
-    rest = _rest_server(RESTServer, server, port, host, request_timeout, max_connections)
+    rest = _rest_server(RESTServer, server, app, port, host, request_timeout, max_connections)
     rest.predictor = predictor
     return rest
 
@@ -325,12 +229,20 @@ def _check_server_arguments(port, max_request_bytes, request_timeout, max_connec
     check_positive_int("max_connections", max_connections)
 
 
-def _rest_server(rest_server_class, server, port, host, request_timeout, max_connections):
+def _rest_server(rest_server_class, server, app, port, host, request_timeout, max_connections):
     """KServe's REST server for `server`, with our host, limits and one-line error logs."""
     from kserve.errors import InvalidInput
     from kserve.errors import ModelNotFound
 
-    rest = rest_server_class(
+    from keras_capsules._compat import uvicorn as uvicorn_compat
+
+    class RESTServer(rest_server_class):
+        def create_application(self):  # run by `run()`: KServe's routes and error handlers
+            super().create_application()
+            app.add_exception_handler(InvalidInput, _one_line(400))  # in place of KServe's
+            app.add_exception_handler(ModelNotFound, _one_line(404))
+
+    rest = RESTServer(
         "kserve.model_server:app",
         server.dataplane,
         server.model_repository_extension,
@@ -338,16 +250,8 @@ def _rest_server(rest_server_class, server, port, host, request_timeout, max_con
         workers=1,
     )
     rest.config.host = host  # KServe binds every interface; we bind what we are told
-    rest.config.http = _timed_protocol(float(request_timeout))
+    rest.config.http = uvicorn_compat.timed_h11_protocol(float(request_timeout))
     rest.config.limit_concurrency = max_connections  # beyond it: 503
-    add_kserve_handlers = rest._add_exception_handlers  # run by `run()`, after this
-
-    def add_handlers(application):
-        add_kserve_handlers(application)
-        application.add_exception_handler(InvalidInput, _one_line(400))
-        application.add_exception_handler(ModelNotFound, _one_line(404))
-
-    rest._add_exception_handlers = add_handlers
     return rest
 
 

@@ -7,16 +7,14 @@ reporting is ended (`reap`), what happens to the trials is appended to
 the trials its workers are still running.
 """
 
-import functools
 import json
 import os
-import threading
 import time
 from datetime import datetime
 
 import keras_tuner as kt
-from keras_tuner.src.engine import oracle as _kt_oracle
 
+from keras_capsules._compat import keras_tuner as keras_tuner_compat
 from keras_capsules.tuning._service import _role
 
 
@@ -24,9 +22,7 @@ def _save_json(path, state):
     """Write `state` as JSON to `path` atomically: a process killed meanwhile tears no file."""
     text = json.dumps(state)
     if "://" in str(path):  # a remote file system: keras-tuner's own writer
-        from keras_tuner.src import utils
-
-        return utils.save_json(path, state)
+        return keras_tuner_compat.save_json(path, state)
     partial = f"{path}.{os.getpid()}.partial"
     with open(partial, "w") as f:
         f.write(text)
@@ -34,28 +30,7 @@ def _save_json(path, state):
     return text
 
 
-def _synchronized(method):
-    """`keras_tuner.synchronized` that releases the oracle's lock when `method` raises.
-
-    keras-tuner's decorator leaves the lock held after an exception, so that
-    every later call of the oracle (the workers' calls, the chief's lease
-    checks) waits forever. It shares keras-tuner's lock, so the keras-tuner
-    methods called from `method` do not take it again.
-    """
-
-    @functools.wraps(method)
-    def wrapped(self, *args, **kwargs):
-        thread = threading.current_thread().name
-        if _kt_oracle.THREADS[self] == thread:  # called from a method holding the lock
-            return method(self, *args, **kwargs)
-        with _kt_oracle.LOCKS[self]:
-            _kt_oracle.THREADS[self] = thread
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                _kt_oracle.THREADS[self] = None
-
-    return wrapped
+_synchronized = keras_tuner_compat.synchronized
 
 
 class _LeaseOracleMixin:

@@ -30,13 +30,13 @@ def _serve(oracle, poll_seconds=0.5):
     from concurrent import futures
 
     import grpc
-    from keras_tuner.src import protos
-    from keras_tuner.src.distribute.oracle_chief import OracleServicer
+
+    from keras_capsules._compat import keras_tuner as keras_tuner_compat
 
     address = _oracle_address()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
-    servicer = OracleServicer(oracle)
-    protos.get_service_grpc().add_OracleServicer_to_server(servicer, server)
+    servicer = keras_tuner_compat.oracle_servicer(oracle)
+    keras_tuner_compat.service_grpc().add_OracleServicer_to_server(servicer, server)
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError:
@@ -97,10 +97,10 @@ def _worker_client(local_oracle, idle_seconds):
     """keras-tuner's `OracleClient`, reconnecting faster, with heartbeats and a pause on IDLE."""
     if not _CLIENT_CLASS:
         import grpc
-        from keras_tuner.src import protos
-        from keras_tuner.src.distribute import oracle_client
 
-        class WorkerClient(oracle_client.OracleClient):
+        from keras_capsules._compat import keras_tuner as keras_tuner_compat
+
+        class WorkerClient(keras_tuner_compat.oracle_client_class()):
             def __init__(self, oracle, idle_seconds):
                 super().__init__(oracle)
                 options = [
@@ -109,8 +109,9 @@ def _worker_client(local_oracle, idle_seconds):
                     ("grpc.max_reconnect_backoff_ms", 2000),
                 ]
                 channel = grpc.insecure_channel(_oracle_address(), options=options)
-                self.raw_stub = protos.get_service_grpc().OracleStub(channel)
-                self.stub = _RetryingStub(self.raw_stub, patience=oracle_client.TIMEOUT)
+                self.raw_stub = keras_tuner_compat.service_grpc().OracleStub(channel)
+                patience = keras_tuner_compat.client_timeout()
+                self.stub = _RetryingStub(self.raw_stub, patience=patience)
                 self.idle_seconds = idle_seconds
 
             def create_trial(self, tuner_id):
@@ -131,7 +132,7 @@ def _worker_client(local_oracle, idle_seconds):
 
             def heartbeat(self, trial_id, timeout):
                 self.raw_stub.GetTrial(
-                    protos.get_service().GetTrialRequest(trial_id=trial_id),
+                    keras_tuner_compat.service_messages().GetTrialRequest(trial_id=trial_id),
                     wait_for_ready=True,
                     timeout=timeout,
                 )

@@ -47,6 +47,7 @@ it already had (a worker restarted, or a call sent again to a restarted chief).
 
 import keras_tuner as kt
 
+from keras_capsules._compat import keras_tuner as keras_tuner_compat
 from keras_capsules._validation import check_positive_int
 from keras_capsules.tuning._oracles import _BayesianOptimizationOracle
 from keras_capsules.tuning._oracles import _HyperbandOracle
@@ -70,7 +71,8 @@ class _TunerMixin:
         self._poll_seconds = poll_seconds
         self._heartbeat = None
         if _role() == "worker":
-            self.oracle = _worker_client(self.oracle._oracle, idle_seconds=poll_seconds)
+            local_oracle = keras_tuner_compat.local_oracle(self.oracle)
+            self.oracle = _worker_client(local_oracle, idle_seconds=poll_seconds)
 
     def _populate_initial_space(self):
         from keras_capsules.tuning._base import CapsuleHyperModel

@@ -120,6 +120,18 @@ def test_keras_round_trip_needs_no_custom_objects(tmp_path):
     loaded.fit(x, np.arange(4) % 3, epochs=1, verbose=0)
 
 
+def test_a_margin_set_after_training_reaches_the_compiled_steps():
+    model = applications.MatrixCapsNet(**ONE_ITERATION)
+    x = np.random.default_rng(4).normal(size=(4, 20, 20, 2)).astype("float32")
+    y = np.arange(4) % 3
+    model.fit(x, y, epochs=1, verbose=0)  # compiles both steps at the first margin, 0.2
+    model.evaluate(x, y, verbose=0)
+    model.spread_margin = 0.6
+    assert model.fit(x, y, epochs=1, verbose=0).history["spread_margin"] == [pytest.approx(0.6)]
+    logs = model.evaluate(x, y, verbose=0, return_dict=True)
+    assert logs["spread_margin"] == pytest.approx(0.6)
+
+
 @requires_tensorflow
 def test_savedmodel_reproduces_predict(tmp_path):
     import tensorflow as tf

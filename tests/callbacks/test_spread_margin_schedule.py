@@ -80,6 +80,33 @@ def test_resumes_from_the_optimizer_step():
     np.testing.assert_allclose(record.margins, [0.2 + 0.7 * s / 8 for s in range(4, 8)], atol=1e-3)
 
 
+class OwnMarginModel(keras.Model):
+    """A model with its own `spread_margin` variable, whose loss is that margin."""
+
+    def __init__(self):
+        inputs = keras.Input((3,))
+        super().__init__(inputs, keras.layers.Dense(3)(inputs))
+        self.spread_margin = keras.Variable(
+            0.0, trainable=False, dtype="float32", name="spread_margin"
+        )
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return keras.ops.mean(y_pred) * 0.0 + self.spread_margin
+
+
+def test_every_step_reads_the_models_own_margin_variable():
+    # On JAX the compiled step reads the variable only if the callback wrote it
+    # back into the training state: without, every step would read the first margin.
+    model = OwnMarginModel()
+    model.compile(optimizer="sgd")
+    x = np.zeros((16, 3), "float32")
+    schedule = SpreadMarginSchedule(0.2, 0.8, steps=3)
+    history = model.fit(x, x, batch_size=4, epochs=1, verbose=0, callbacks=[schedule])
+    margins = [0.2, 0.4, 0.6, 0.8]  # steps 0 to 3
+    assert history.history["loss"][0] == pytest.approx(np.mean(margins), abs=1e-4)
+    assert float(keras.ops.convert_to_numpy(model.spread_margin)) == pytest.approx(0.8)
+
+
 @pytest.mark.skipif(BACKEND == "jax", reason="a SpreadLoss margin is a constant of a JAX step")
 def test_updates_a_compiled_spread_loss():
     inputs = keras.Input((3,))
