@@ -1,9 +1,18 @@
 """Writing files a user keeps so that an interruption never leaves half of one."""
 
 import contextlib
+import errno
 import json
 import os
+import re
 import shutil
+
+# The temporary names of `replacing` (`.model.1234.partial.keras`, `.1.1234.partial`)
+# and `check_writable` (`.write-test.1234`): the writer's process id is in the name.
+_TEMPORARY_NAMES = (
+    re.compile(r"^\.(?P<stem>.+)\.(?P<pid>\d{1,10})\.partial(?P<suffix>\.[^.]+)?$"),
+    re.compile(r"^\.write-test\.(?P<pid>\d{1,10})$"),
+)
 
 
 @contextlib.contextmanager
@@ -32,6 +41,13 @@ def replacing(path):
             os.remove(temporary)
 
 
+def write_bytes(path, data):
+    """Write the bytes `data` to `path`, atomically."""
+    with replacing(path) as temporary:
+        with open(temporary, "wb") as f:
+            f.write(data)
+
+
 def write_json(path, value):
     """Write `value` as indented JSON to `path`, atomically."""
     with replacing(path) as temporary:
@@ -51,3 +67,70 @@ def check_writable(folder):
         raise SystemExit(
             f"keras-capsules: cannot write to the output folder {folder}: {error.strerror}"
         ) from None
+
+
+def _writer(name):
+    """The process id in a temporary name of `replacing` or `check_writable`, else None."""
+    for pattern in _TEMPORARY_NAMES:
+        match = pattern.match(name)
+        if match:
+            return int(match["pid"])
+    return None
+
+
+def _alive(pid):
+    """Whether process `pid` runs; where that cannot be told, True."""
+    if os.name == "nt" or pid == os.getpid():  # on Windows, signal 0 is CTRL_C_EVENT
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process, or no such number
+        return True
+    return True
+
+
+def remove_stale(folder):
+    """Remove the temporary files and folders in `folder` of processes that no longer run.
+
+    A process killed while writing leaves its temporary name (`replacing`,
+    `check_writable`) behind; that of a process that runs is kept. Returns
+    the names removed, sorted.
+    """
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    removed = []
+    for name in sorted(names):
+        pid = _writer(name)
+        if pid is None or _alive(pid):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+        except FileNotFoundError:  # removed meanwhile
+            continue
+        removed.append(name)
+    return removed
+
+
+def final_path(path):
+    """`path` with a temporary name of `replacing` turned into the name it is written for."""
+    folder, name = os.path.split(path)
+    match = _TEMPORARY_NAMES[0].match(name)
+    if match is None:
+        return path
+    return os.path.join(folder, match["stem"] + (match["suffix"] or ""))
+
+
+def reason(error):
+    """Why `error`, an `OSError`, happened, in one line: the system's words for its errno."""
+    if error.errno in errno.errorcode:
+        return os.strerror(error.errno)
+    text = str(error.strerror or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -6,6 +6,7 @@ compares the options with those `run.json` recorded.
 """
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import socket
 import time
 
 from keras_capsules._atomic import replacing
+from keras_capsules._atomic import write_bytes
 
 # Options that do not change what a run trains: they may differ between the
 # sessions of one run.
@@ -192,11 +194,84 @@ def fit_callbacks(output):
     return [
         keras.callbacks.CSVLogger(history_path, append=True),
         history_keeper(history_path),
-        keras.callbacks.BackupAndRestore(
-            os.path.join(output, "backup"), double_checkpoint=True, delete_checkpoint=False
-        ),
+        backup_and_restore(os.path.join(output, "backup")),
         model_saver(os.path.join(output, "model.keras")),
     ]
+
+
+def close_files(callbacks):
+    """Close the files `callbacks` hold open, after `fit` failed (it then ends none of them).
+
+    A file whose buffered lines cannot be written (a full disk) is closed
+    all the same: left open, it would report the failure again when Python
+    collects it.
+    """
+    for callback in callbacks:
+        handle = getattr(callback, "csv_file", None)  # CSVLogger's history.csv
+        if handle is None or handle.closed:
+            continue
+        try:
+            handle.close()
+        except OSError:
+            pass
+
+
+def backup_and_restore(backup_dir):
+    """Keras's `BackupAndRestore` into `backup_dir`, its files made in memory and renamed.
+
+    Keras writes the weights with HDF5 straight into `latest.weights.h5`: on a
+    full disk that leaves a truncated file, and HDF5 a file it can neither
+    flush nor close, which it reports as it is collected and on which it
+    crashes the interpreter at exit. Here the weights file is made in memory
+    and each file (the weights, the metadata, their `.bkp` copies) is written
+    under a temporary name and renamed into place: a failed write leaves the
+    previous epoch's backup whole and raises a plain `OSError`.
+    """
+    import keras
+
+    class BackupAndRestore(keras.callbacks.BackupAndRestore):
+        """Keras's `BackupAndRestore`, each file written whole or not at all."""
+
+        def _save_model(self):
+            weights = _weights_h5(self.model)
+            if weights is None:  # a Keras without the functions it needs
+                return super()._save_model()
+            metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
+            made = not os.path.isdir(self.backup_dir)
+            os.makedirs(self.backup_dir, exist_ok=True)
+            try:
+                if self.double_checkpoint:
+                    for path in (self._weights_path, self._training_metadata_path):
+                        if os.path.exists(path):
+                            with replacing(f"{path}.bkp") as temporary:
+                                shutil.copyfile(path, temporary)
+                write_bytes(self._weights_path, weights)
+                write_bytes(self._training_metadata_path, json.dumps(metadata).encode())
+            except BaseException:
+                if made:  # an empty backup would stand for a run interrupted before an epoch
+                    shutil.rmtree(self.backup_dir, ignore_errors=True)
+                raise
+
+    return BackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False)
+
+
+def _weights_h5(model):
+    """The bytes of the `.weights.h5` file `model.save_weights` writes, made in memory.
+
+    None where Keras's saving functions are not those this was written for.
+    """
+    buffer = io.BytesIO()
+    try:
+        from keras.src.saving import saving_lib
+
+        store = saving_lib.H5IOStore(buffer, mode="w")
+    except (ImportError, AttributeError, TypeError):
+        return None
+    try:
+        saving_lib._save_state(model, store, None, "", set())
+    finally:
+        store.close()
+    return buffer.getvalue()
 
 
 def usable_backup(backup_dir):
@@ -204,10 +279,14 @@ def usable_backup(backup_dir):
 
     Keras's `BackupAndRestore` keeps the previous epoch's weights and metadata
     as `.bkp` files; a run killed while writing the latest ones leaves them
-    empty or truncated, and Keras then fails at every resume. Returns whether a
-    usable backup is in place.
+    empty or truncated, and Keras then fails at every resume. An empty folder
+    (made for a first backup that was never written) is removed. Returns
+    whether a usable backup is in place.
     """
     if not os.path.isdir(backup_dir):
+        return False
+    if not os.listdir(backup_dir):
+        os.rmdir(backup_dir)
         return False
     weights = os.path.join(backup_dir, "latest.weights.h5")
     metadata = os.path.join(backup_dir, "training_metadata.json")
@@ -215,8 +294,9 @@ def usable_backup(backup_dir):
         return True
     if _readable_backup(weights + ".bkp", metadata + ".bkp"):
         print(f"The latest backup in {backup_dir} is unreadable: using the one before", flush=True)
-        shutil.copyfile(weights + ".bkp", weights)
-        shutil.copyfile(metadata + ".bkp", metadata)
+        for path in (weights, metadata):
+            with replacing(path) as temporary:
+                shutil.copyfile(f"{path}.bkp", temporary)
         return True
     aside = f"{backup_dir}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}"
     os.replace(backup_dir, aside)
@@ -295,7 +375,8 @@ def previous_run(args):
         )
     metrics_path = os.path.join(args.output, "metrics.json")
     model_path = os.path.join(args.output, "model.keras")
-    if os.path.isdir(os.path.join(args.output, "backup")) or not os.path.exists(model_path):
+    backup_dir = os.path.join(args.output, "backup")
+    if (os.path.isdir(backup_dir) and os.listdir(backup_dir)) or not os.path.exists(model_path):
         return 0
     try:
         with open(metrics_path) as f:

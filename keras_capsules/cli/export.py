@@ -9,6 +9,12 @@ and `keras-capsules serve` read (`keras_capsules.serving.export_saved_model`).
 ONNX and LiteRT are one file, `output` itself (`export_onnx`, `export_litert`).
 """
 
+import contextlib
+import os
+import sys
+import threading
+
+from keras_capsules._atomic import reason
 from keras_capsules.cli._model import load_model
 from keras_capsules.cli._types import positive_int
 
@@ -66,28 +72,93 @@ def run(args):
                 f"in {SUFFIXES[args.format]}; got {args.output_dir}"
             )
     _check_output(args)  # before the model is loaded and converted (seconds)
+    if args.format == "saved_model":
+        _remove_stale(args.output_dir)
     model = load_model(args.model_path)
-    try:
-        if args.format == "saved_model":
-            serving.export_saved_model(
-                model, args.output_dir, version=args.version, output_kind=args.output_kind
-            )
-        else:
-            export = {"onnx": serving.export_onnx, "litert": serving.export_litert}[args.format]
-            export(model, args.output_dir, output_kind=args.output_kind)
-    except (FileExistsError, ImportError, RuntimeError, ValueError) as error:
-        raise SystemExit(f"keras-capsules export: {error}") from None
-    except OSError as error:  # a full disk, a folder removed meanwhile
-        raise SystemExit(
-            f"keras-capsules export: cannot write {args.output_dir}: {error.strerror or error}"
-        ) from None
+    with _holding_stderr() as held:
+        try:
+            if args.format == "saved_model":
+                serving.export_saved_model(
+                    model, args.output_dir, version=args.version, output_kind=args.output_kind
+                )
+            else:
+                formats = {"onnx": serving.export_onnx, "litert": serving.export_litert}
+                formats[args.format](model, args.output_dir, output_kind=args.output_kind)
+        except (FileExistsError, ImportError, RuntimeError, ValueError) as error:
+            raise SystemExit(f"keras-capsules export: {error}") from None
+        except OSError as error:  # a full disk, a folder removed meanwhile
+            held.clear()  # TensorFlow's logs of the failed write say it again, at length
+            raise SystemExit(
+                f"keras-capsules export: cannot write {args.output_dir}: {reason(error)}"
+            ) from None
     return 0
+
+
+def _remove_stale(output):
+    """Remove the versions a killed export left half written in `output`, saying so."""
+    from keras_capsules._atomic import remove_stale
+
+    removed = remove_stale(output)
+    if removed:
+        print(
+            f"Removed {len(removed)} version folder(s) that an export ended before finishing: "
+            f"{', '.join(os.path.join(output, name) for name in removed)}",
+            flush=True,
+        )
+
+
+class _Held:
+    """What `_holding_stderr` holds: the bytes written so far, in `chunks`."""
+
+    def __init__(self):
+        self.chunks = []
+
+    def clear(self):
+        """Drop what was written so far."""
+        self.chunks.clear()
+
+
+@contextlib.contextmanager
+def _holding_stderr():
+    """Hold what is written to the standard error, TensorFlow's C++ logs too, until the end.
+
+    Standard error (file descriptor 2) goes to a pipe, read by a thread,
+    and what came is written out when the block ends, unless `clear` dropped
+    it: TensorFlow logs a failed write (three lines, one per layer of it)
+    before raising the error that the command reports in one line.
+    """
+    sys.stderr.flush()
+    try:
+        kept = os.dup(2)
+    except OSError:  # no standard error to hold
+        yield _Held()
+        return
+    held = _Held()
+    reader, writer = os.pipe()
+    os.dup2(writer, 2)
+    os.close(writer)
+
+    def drain():
+        for chunk in iter(lambda: os.read(reader, 65536), b""):
+            held.chunks.append(chunk)
+
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
+    try:
+        yield held
+    finally:
+        sys.stderr.flush()
+        os.dup2(kept, 2)  # closes the pipe's last writer: the thread reads to its end
+        os.close(kept)
+        thread.join()
+        os.close(reader)
+        data = b"".join(held.chunks)
+        while data:
+            data = data[os.write(2, data) :]
 
 
 def _check_output(args):
     """End the command, naming the path, unless the export can be written where asked."""
-    import os
-
     from keras_capsules._atomic import check_writable
 
     output = args.output_dir

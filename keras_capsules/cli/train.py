@@ -25,7 +25,9 @@ epoch (`OUTPUT/backup`) and resumes from it when started again with the same
 `--output` after an interruption, saves `OUTPUT/model.keras` after every
 epoch, and ends by printing the test accuracy and writing it, with the
 timings, to `OUTPUT/metrics.json`. Every file is written under a temporary
-name and renamed into place. `OUTPUT/run.json` records the run's options: a
+name and renamed into place; those a killed run left are removed when the
+next starts, and a full disk ends the run with one line, the epochs finished
+so far kept. `OUTPUT/run.json` records the run's options: a
 rerun with more `--epochs` continues a finished run, and a rerun with other
 options is refused unless `--fresh` starts a new run in the folder.
 
@@ -44,6 +46,9 @@ import shutil
 import time
 
 from keras_capsules._atomic import check_writable
+from keras_capsules._atomic import final_path
+from keras_capsules._atomic import reason
+from keras_capsules._atomic import remove_stale
 from keras_capsules._atomic import write_json
 from keras_capsules.cli import _training
 from keras_capsules.cli._model import load_model
@@ -475,15 +480,19 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
     if multi_process:  # Keras's distribution of the data set loses its length
         dataset, steps_per_epoch = dataset.repeat(), -(-train_count // batch_size)
     start = time.time()
-    model.fit(
-        dataset,
-        steps_per_epoch=steps_per_epoch,
-        epochs=args.epochs,
-        initial_epoch=initial_epoch,
-        callbacks=callbacks,
-        verbose=args.verbose,
-        shuffle=False,
-    )
+    try:
+        model.fit(
+            dataset,
+            steps_per_epoch=steps_per_epoch,
+            epochs=args.epochs,
+            initial_epoch=initial_epoch,
+            callbacks=callbacks,
+            verbose=args.verbose,
+            shuffle=False,
+        )
+    except BaseException:
+        _training.close_files(callbacks)
+        raise
     train_seconds = time.time() - start  # the model saver saved model.keras each epoch
 
     start = time.time()
@@ -536,14 +545,30 @@ def run(args):
     check_writable(args.output)  # before training, not after it
     with _training.locked(args.output):  # one run at a time in a folder
         try:
+            _remove_stale(args.output)
             return _run(args, summary)
         except OSError as error:  # a full disk, a folder gone: one line, the backup kept
-            where = error.filename or args.output
+            where = final_path(error.filename) if error.filename else args.output
             raise SystemExit(
-                f"keras-capsules train: cannot write {where}: {error.strerror or error}. "
+                f"keras-capsules train: cannot write {where}: {reason(error)}. "
                 "The epochs finished so far are kept: free the space and run the same "
                 "command again to resume."
             ) from None
+
+
+def _remove_stale(output):
+    """Remove the temporary files a killed run left in `output` and its backup, saying so."""
+    removed = [
+        os.path.join(folder, name)
+        for folder in (output, os.path.join(output, "backup"))
+        for name in remove_stale(folder)
+    ]
+    if removed:
+        print(
+            f"Removed {len(removed)} temporary file(s) left by a run that ended before "
+            f"renaming them: {', '.join(removed)}",
+            flush=True,
+        )
 
 
 def _multi_process(args):

@@ -1,5 +1,7 @@
 """Export a capsule network as a versioned SavedModel with a stable serving contract."""
 
+import contextlib
+import errno
 import os
 
 import keras
@@ -222,6 +224,11 @@ def export_saved_model(
     Returns:
         The path of the version directory written.
 
+    Raises:
+        OSError: the SavedModel cannot be written (a full disk, a folder
+            that cannot be written); nothing is left of it, and the folders
+            made for it are removed.
+
     Example:
 
     >>> from keras_capsules.serving import export_saved_model
@@ -235,14 +242,58 @@ def export_saved_model(
         _check_probabilities(tf, model, image_shape)
     predict = _predict_function(tf, model, image_shape, output_kind)
     archive = _serving_archive(tf, model, image_shape, predict)
-    os.makedirs(output_dir, exist_ok=True)
     # Written beside and renamed into place: TF Serving never sees half a version.
-    with replacing(path) as temporary:
-        archive.write_out(temporary, verbose=False)
+    with _new_folders(output_dir), replacing(path) as temporary:
+        _write_out(tf, archive, temporary)
         _verify_saved_model(tf, model, temporary, predict, image_shape)
     if verbose:
         print(f"SavedModel version {version} written to {path} (loaded and checked)")
     return path
+
+
+@contextlib.contextmanager
+def _new_folders(folder):
+    """Create `folder` and its missing parents; remove those it created if the block fails."""
+    created = []
+    path = os.path.abspath(folder)
+    while not os.path.isdir(path):
+        created.append(path)
+        path = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for path in created:  # the deepest first; one holding anything stays
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+        raise
+
+
+# TensorFlow's errors for the system's, as its file system reports them.
+_WRITE_ERRNOS = {
+    "ResourceExhaustedError": errno.ENOSPC,
+    "OutOfRangeError": errno.EFBIG,
+    "PermissionDeniedError": errno.EACCES,
+    "NotFoundError": errno.ENOENT,
+}
+
+
+def _write_out(tf, archive, path, **kwargs):
+    """`archive.write_out(path)`, its failure to write a file raised as an `OSError`.
+
+    TensorFlow reports a full disk as a `ResourceExhaustedError` (a file too
+    large as an `OutOfRangeError`, ...): it is raised as the `OSError` a
+    Python write would raise, with `path` as its file name.
+    """
+    try:
+        archive.write_out(path, verbose=False, **kwargs)
+    except tf.errors.OpError as error:
+        code = _WRITE_ERRNOS.get(type(error).__name__)
+        if code is None:
+            raise
+        raise OSError(code, os.strerror(code), path) from error
 
 
 def _tensorflow():

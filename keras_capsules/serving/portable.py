@@ -23,6 +23,7 @@ from keras_capsules.serving.export import _check_probabilities
 from keras_capsules.serving.export import _heads
 from keras_capsules.serving.export import _image_shape
 from keras_capsules.serving.export import _probe_images
+from keras_capsules.serving.export import _write_out
 
 SUFFIXES = {"onnx": ".onnx", "litert": ".tflite"}
 
@@ -137,9 +138,10 @@ def export_litert(model, path, input_shape=None, output_kind="probabilities", ve
     with tempfile.TemporaryDirectory() as saved_model:
         # Through a SavedModel, as Keras's own LiteRT export does: converted from
         # the concrete function directly, these models answered NaN.
-        archive.write_out(
+        _write_out(
+            tf,
+            archive,
             saved_model,
-            verbose=False,
             options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
         )
         converter = tf.lite.TFLiteConverter.from_saved_model(

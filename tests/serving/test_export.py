@@ -365,4 +365,4 @@ def test_a_saved_model_that_does_not_reproduce_the_model_is_not_written(
     )
     with pytest.raises(ValueError, match=rf"SavedModel .*{failure}.*not written"):
         export_saved_model(model, str(tmp_path / "m"), verbose=False)
-    assert not os.listdir(tmp_path / "m")  # no version folder, no temporary
+    assert not os.path.exists(tmp_path / "m")  # no version, no temporary, no folder made for it
