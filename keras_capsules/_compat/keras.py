@@ -1,4 +1,4 @@
-"""Keras's internals: the optimizer's step inside the JAX backend's training step.
+"""Keras's internals: the optimizer's step in JAX's training step; backups written whole.
 
 On JAX, the compiled training step holds the optimizer's variables as
 arguments: Keras's trainer gives their values to
@@ -6,11 +6,19 @@ arguments: Keras's trainer gives their values to
 `optimizer.variables`, while `optimizer.iterations` read there is the value it
 had when the step was traced. A model whose loss depends on the step (the
 spread margin of `applications.MatrixCapsNet`) takes it from there.
+
+`keras-capsules train` writes `BackupAndRestore`'s files whole or not at all
+(a full disk must not leave a half-written HDF5 file): it overrides the
+callback's `_save_model`, reads the names of the files and of the epoch and
+batch it records (`BACKUP_ATTRIBUTES`), and builds the weights file in memory
+with Keras's saving library (`weights_file_bytes`).
 """
 
 import inspect
+import io
 
 from keras_capsules._compat import changed
+from keras_capsules._compat import internal
 
 _LIBRARY = "keras"
 
@@ -39,14 +47,52 @@ def optimizer_step(optimizer, optimizer_variables):
     raise changed(_LIBRARY, "optimizer.variables", "the step, optimizer.iterations, is not one")
 
 
+BACKUP_ATTRIBUTES = (
+    "_save_model",
+    "_weights_path",
+    "_training_metadata_path",
+    "_current_epoch",
+    "_last_batch_seen",
+)
+"""What `keras.callbacks.BackupAndRestore` has that the command's backup overrides or reads."""
+
+
+def weights_file_bytes(model):
+    """The bytes of the `.weights.h5` file `model.save_weights` writes, made in memory.
+
+    Raises:
+        InternalChanged: Keras's saving library is not the one this was written for.
+    """
+    store_class = internal(_LIBRARY, "keras.src.saving.saving_lib", "H5IOStore")
+    save_state = internal(_LIBRARY, "keras.src.saving.saving_lib", "_save_state")
+    buffer = io.BytesIO()
+    store = store_class(buffer, mode="w")
+    try:
+        save_state(model, store, None, "", set())
+    finally:
+        store.close()
+    return buffer.getvalue()
+
+
+def check_backup_and_restore(callback):
+    """Raise `InternalChanged` unless the `BackupAndRestore` `callback` has `BACKUP_ATTRIBUTES`."""
+    for name in BACKUP_ATTRIBUTES:
+        if not hasattr(callback, name):
+            raise changed(_LIBRARY, f"keras.callbacks.BackupAndRestore.{name}")
+
+
 def check():
-    """Make sure the Keras internal that keras-capsules uses is there (on JAX, the one it has).
+    """Make sure the Keras internals that keras-capsules uses are there.
 
     Raises:
         InternalChanged: one is gone; the message names it and Keras's version.
     """
     import keras
 
+    internal(_LIBRARY, "keras.src.saving.saving_lib", "H5IOStore")
+    internal(_LIBRARY, "keras.src.saving.saving_lib", "_save_state")
+    if not callable(getattr(keras.callbacks.BackupAndRestore, "_save_model", None)):
+        raise changed(_LIBRARY, "keras.callbacks.BackupAndRestore._save_model")
     if keras.backend.backend() != "jax":
         return
     parameters = inspect.signature(keras.Model.compute_loss_and_updates).parameters

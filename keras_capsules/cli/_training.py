@@ -6,7 +6,6 @@ compares the options with those `run.json` recorded.
 """
 
 import contextlib
-import io
 import json
 import os
 import shutil
@@ -15,6 +14,7 @@ import time
 
 from keras_capsules._atomic import replacing
 from keras_capsules._atomic import write_bytes
+from keras_capsules._compat import keras as keras_compat
 
 # Options that do not change what a run trains: they may differ between the
 # sessions of one run.
@@ -233,9 +233,8 @@ def backup_and_restore(backup_dir):
         """Keras's `BackupAndRestore`, each file written whole or not at all."""
 
         def _save_model(self):
-            weights = _weights_h5(self.model)
-            if weights is None:  # a Keras without the functions it needs
-                return super()._save_model()
+            keras_compat.check_backup_and_restore(self)
+            weights = keras_compat.weights_file_bytes(self.model)
             metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
             made = not os.path.isdir(self.backup_dir)
             os.makedirs(self.backup_dir, exist_ok=True)
@@ -253,25 +252,6 @@ def backup_and_restore(backup_dir):
                 raise
 
     return BackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False)
-
-
-def _weights_h5(model):
-    """The bytes of the `.weights.h5` file `model.save_weights` writes, made in memory.
-
-    None where Keras's saving functions are not those this was written for.
-    """
-    buffer = io.BytesIO()
-    try:
-        from keras.src.saving import saving_lib
-
-        store = saving_lib.H5IOStore(buffer, mode="w")
-    except (ImportError, AttributeError, TypeError):
-        return None
-    try:
-        saving_lib._save_state(model, store, None, "", set())
-    finally:
-        store.close()
-    return buffer.getvalue()
 
 
 def usable_backup(backup_dir):

@@ -23,6 +23,22 @@ def test_keras_internals_are_there():
     compat.check()
 
 
+def test_the_weights_file_made_in_memory_is_the_one_save_weights_writes(tmp_path):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    data = compat.weights_file_bytes(model)
+    (tmp_path / "a.weights.h5").write_bytes(data)
+    other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    other.load_weights(tmp_path / "a.weights.h5")
+    for got, want in zip(other.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_backup_callback_without_what_the_command_reads_is_named():
+    compat.check_backup_and_restore(keras.callbacks.BackupAndRestore("unused"))
+    with pytest.raises(InternalChanged, match=r"BackupAndRestore\._save_model.*keras"):
+        compat.check_backup_and_restore(object())
+
+
 def test_finds_the_step_among_the_values_of_the_optimizers_variables():
     optimizer = _optimizer()
     values = [variable.value for variable in optimizer.variables]
