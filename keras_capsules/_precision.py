@@ -7,6 +7,12 @@ LOW_PRECISION = ("float16", "bfloat16")
 
 
 def to_float32(x):
-    """`(x in float32 if it is float16 or bfloat16, its dtype)`, to cast results back to."""
+    """`(x, dtype)`: `x` as a tensor, in float32 if it is float16, bfloat16 or integer.
+
+    `dtype` is the dtype `x` came in, the one to cast results back to.
+    """
+    x = ops.convert_to_tensor(x)
     dtype = ops.dtype(x)
-    return (ops.cast(x, "float32") if dtype in LOW_PRECISION else x), dtype
+    if dtype in LOW_PRECISION or "int" in dtype:
+        return ops.cast(x, "float32"), dtype
+    return x, dtype

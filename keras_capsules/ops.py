@@ -10,19 +10,11 @@ would give a squared norm of 1e40, beyond float32).
 
 from keras import ops
 
-from keras_capsules._precision import LOW_PRECISION
+from keras_capsules._precision import to_float32
 
 EPSILON = 1e-7
 """Added to the squared norm before every square root, so that the norm and its
 gradient are finite at an exactly zero vector."""
-
-
-def _to_float32(x):
-    x = ops.convert_to_tensor(x)
-    dtype = ops.dtype(x)
-    if dtype in LOW_PRECISION or "int" in dtype:
-        return ops.cast(x, "float32"), dtype
-    return x, dtype
 
 
 def _scaled(x, axis):
@@ -63,7 +55,7 @@ def squash(x, axis=-1, epsilon=EPSILON):
     >>> round(float(np.linalg.norm(v)), 4)  # 25 / 26
     0.9615
     """
-    x32, dtype = _to_float32(x)
+    x32, dtype = to_float32(x)
     # With y = x / c and k = 1 / c^2: |x|^2 / (1 + |x|^2) / sqrt(|x|^2 + eps) * x
     # = |y|^2 / (k + |y|^2) / sqrt(|y|^2 + eps k) * y, which never squares x.
     y, c = _scaled(x32, axis)
@@ -103,7 +95,7 @@ def exponential_squash(x, axis=-1, epsilon=EPSILON):
         Mazzia, Salvetti, Chiaberge. Efficient-CapsNet: Capsule Network with
         Self-Attention Routing. Scientific Reports 11, 14634 (2021).
     """
-    x32, dtype = _to_float32(x)
+    x32, dtype = to_float32(x)
     # s / |s| = y / sqrt(|y|^2 + eps k) with y = x / c, k = 1 / c^2; |s| = c sqrt(...).
     y, c = _scaled(x32, axis)
     k = 1.0 / ops.square(c)
@@ -135,7 +127,7 @@ def length(x, axis=-1, keepdims=False, epsilon=EPSILON):
     >>> round(float(length(np.array([3.0, 4.0]))), 4)
     5.0
     """
-    x32, dtype = _to_float32(x)
+    x32, dtype = to_float32(x)
     # sqrt(|x|^2 + eps) = c sqrt(|y|^2 + eps k), with y = x / c and k = 1 / c^2.
     y, c = _scaled(x32, axis)
     squared_norm = ops.sum(ops.square(y), axis=axis, keepdims=True)
