@@ -3,10 +3,10 @@ import pytest
 from keras import ops
 
 from keras_capsules import routing
+from keras_capsules.routing import EMSettings
 from keras_capsules.routing import inverse_temperatures
 from keras_capsules.routing._em_route import EM_EPSILON
 from keras_capsules.routing._em_route import em_route
-from keras_capsules.routing._em_settings import EMSettings
 from keras_capsules.routing._positions import convolution_sites
 from keras_capsules.routing._positions import normalize_over_outputs
 from keras_capsules.routing._positions import normalize_over_positions
