@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
+from keras_capsules._em_route import em_route
 from keras_capsules._validation import check_positive_int
-from keras_capsules.routing._em_route import em_route
 
 
 class EMCapsule(keras.layers.Layer):

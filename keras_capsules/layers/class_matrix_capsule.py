@@ -2,11 +2,11 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules import _positions
 from keras_capsules import routing
 from keras_capsules._em_arguments import routing_settings
 from keras_capsules._validation import check_capsule_inputs
 from keras_capsules.layers._em_capsule import EMCapsule
-from keras_capsules.routing import _positions
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -30,6 +30,7 @@ from keras_capsules.routing._em_settings import TEMPERING
 from keras_capsules.routing._em_settings import VARIANCE_EPSILON
 from keras_capsules.routing._em_settings import EMSettings
 from keras_capsules.routing._em_settings import inverse_temperatures
+from keras_capsules.routing._inverted_dot_product import LAYER_NORM_EPSILON
 from keras_capsules.routing._inverted_dot_product import inverted_dot_product_routing
 from keras_capsules.routing._self_attention import self_attention_routing
 
@@ -41,6 +42,7 @@ __all__ = [
     "inverted_dot_product_routing",
     "self_attention_routing",
     "INVERSE_TEMPERATURE",
+    "LAYER_NORM_EPSILON",
     "TEMPERING",
     "VARIANCE_EPSILON",
 ]

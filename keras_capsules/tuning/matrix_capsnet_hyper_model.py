@@ -1,9 +1,9 @@
+from keras_capsules import _positions
 from keras_capsules import routing
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_number
-from keras_capsules.routing import _positions
 from keras_capsules.tuning._base import CapsuleHyperModel
 
 
