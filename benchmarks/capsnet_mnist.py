@@ -235,8 +235,8 @@ def run_one(args):
 
     keras.mixed_precision.set_global_policy(args.precision)
     keras.utils.set_random_seed(args.seed)
-    from applications._defaults import compile_again
     from applications._defaults import steps_per_execution
+    from keras_capsules._compile import compile_again
 
     per_call = args.steps_per_execution or steps_per_execution()
     warmup = _round_up(max(args.warmup, 1), per_call)

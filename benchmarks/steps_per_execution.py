@@ -87,7 +87,7 @@ def run_one(args):
     import numpy as np
 
     import applications
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
 
     model_name, batch, spe = args.only.split(":")
     batch = int(batch)

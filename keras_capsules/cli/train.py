@@ -588,7 +588,7 @@ def _worker_folder(args):
 def _run(args, summary, em_settings):
     import keras
 
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
 
     _check_steps_per_execution(args)
     batch_size = args.batch_size
