@@ -16,11 +16,11 @@ Every routing function follows one contract:
 
 `dynamic_routing` routes vector capsules (Sabour et al. 2017), `em_routing`
 matrix capsules (Hinton et al. 2018; `EMSettings` holds its settings as one
-value), `self_attention_routing` the capsules
-of Efficient-CapsNet (Mazzia et al. 2021) and `inverted_dot_product_routing`
-those of Tsai et al. 2020. A routing layer computes the votes (a learned
-transformation of its inputs) and calls one of them:
-`keras_capsules.layers.FullyConnectedCapsule` is the base of such layers.
+value), `self_attention_routing` the capsules of Efficient-CapsNet (Mazzia
+et al. 2021) and `inverted_dot_product_routing` those of Tsai et al. 2020.
+A routing layer computes the votes (a learned transformation of its inputs)
+and calls one of them: `keras_capsules.layers.FullyConnectedCapsule` is the
+base of such layers.
 """
 
 from keras_capsules.routing._dynamic import dynamic_routing
