@@ -1,6 +1,8 @@
 """Prebuilt capsule networks, ready to train with `model.fit`, and trained presets of them."""
 
+from applications._preset import PresetMixin
 from applications._preset import list_presets
+from applications._preset import preset_metadata
 from applications.backbone_capsnet import BackboneCapsNet
 from applications.backbone_cnn import BackboneCNN
 from applications.baseline_cnn import BaselineCNN
@@ -23,5 +25,7 @@ __all__ = [
     "MatrixCapsNet",
     "MatrixCapsNetNORB",
     "MultiMNISTAccuracy",
+    "PresetMixin",
     "list_presets",
+    "preset_metadata",
 ]

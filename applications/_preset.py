@@ -192,6 +192,30 @@ def read_metadata(folder):
     return _read_json(os.path.join(folder, METADATA_FILE))
 
 
+def preset_metadata(preset):
+    """What a preset's `metadata.json` records: how it was made, and on what data.
+
+    Args:
+        preset: the name of a shipped preset (`applications.list_presets()`),
+            a folder written by `save_to_preset`, or an `hf://` or `kaggle://`
+            handle, downloaded by the hub's own client (as `from_preset` does).
+
+    Returns:
+        A dict: the `metadata` given to `save_to_preset` (the shipped presets
+        record the data set as `"data"`, their recipe and test accuracy) and
+        what it adds: the class, the parameter count, the weights' dtype, size
+        and SHA-256, and the Keras and keras-capsules versions.
+
+    Example:
+
+    >>> import applications
+    >>> metadata = applications.preset_metadata("capsnet_mnist")
+    >>> metadata["data"]["name"], metadata["class_name"]
+    ('mnist', 'CapsNet')
+    """
+    return read_metadata(preset_folder(preset))
+
+
 def load_preset(cls, preset, **kwargs):
     """A `cls` built from `preset`'s config (updated with `kwargs`) with its checked weights."""
     folder = preset_folder(preset)
@@ -336,7 +360,19 @@ def save_preset(model, preset_dir, metadata=None, weights_dtype=None):
 
 
 class PresetMixin:
-    """`from_preset` and `save_to_preset` for the applications."""
+    """`from_preset` and `save_to_preset` for the applications.
+
+    Every application is a `PresetMixin`: `from_preset` on an application's
+    class loads presets of that class (or of a subclass), and on
+    `PresetMixin` itself a preset of any application.
+
+    Example:
+
+    >>> import applications
+    >>> model = applications.PresetMixin.from_preset("capsnet_mnist")
+    >>> type(model).__name__
+    'CapsNet'
+    """
 
     @classmethod
     def from_preset(cls, preset, **kwargs):

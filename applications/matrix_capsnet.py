@@ -17,6 +17,7 @@ from applications._preset import PresetMixin
 from applications._transfer import BackboneView
 from keras_capsules import routing
 from keras_capsules._compat import keras as keras_compat
+from keras_capsules._em_arguments import routing_settings
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_model_arguments
 from keras_capsules._validation import is_int
@@ -25,7 +26,6 @@ from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.layers import MatrixCapsule
 from keras_capsules.layers import PrimaryMatrixCapsule
 from keras_capsules.losses import SpreadLoss
-from keras_capsules.routing._em_settings import EMSettings
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -112,6 +112,11 @@ class MatrixCapsNet(
         conv_caps1_types: ConvCaps1 capsule types, `C` (32).
         conv_caps2_types: ConvCaps2 capsule types, `D` (32). Each size may be
             given by its name or its letter, not both.
+        em_settings: `iterations`, `inverse_temperature`, `variance_epsilon`,
+            `tempering` and `inverse_temperature_schedule` as one
+            `keras_capsules.routing.EMSettings` (those arguments keep their
+            defaults). Every capsule layer routes with the one the model
+            holds, made once.
         **kwargs: `keras.Model` arguments such as `name`.
 
     Example:
@@ -170,6 +175,7 @@ class MatrixCapsNet(
         primary_capsule_types=32,
         conv_caps1_types=32,
         conv_caps2_types=32,
+        em_settings=None,
         **kwargs,
     ):
         A, B, C, D = (
@@ -188,19 +194,20 @@ class MatrixCapsNet(
         if weight_decay < 0:
             raise ValueError(f"`weight_decay` must be non-negative. Received: {weight_decay!r}")
         regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
-        routed = EMSettings(
+        settings = routing_settings(
+            em_settings,
             iterations=iterations,
             inverse_temperature=inverse_temperature,
             variance_epsilon=variance_epsilon,
             tempering=tempering,
             inverse_temperature_schedule=inverse_temperature_schedule,
-        ).get_config()
+        )
 
         inputs, outputs = _network(
             input_shape,
             (A, B, C, D),
             num_classes,
-            routed,
+            settings,
             normalization=normalization,
             coordinate_addition=coordinate_addition,
             regularizer=regularizer,
@@ -216,7 +223,7 @@ class MatrixCapsNet(
             "primary_capsule_types": B,
             "conv_caps1_types": C,
             "conv_caps2_types": D,
-            **routed,
+            **settings.get_config(),
             "input_shape": input_shape,
             "num_classes": num_classes,
             "class_names": None if class_names is None else list(class_names),
@@ -323,7 +330,7 @@ def _network(
     input_shape,
     sizes,
     num_classes,
-    routed,
+    settings,
     normalization,
     coordinate_addition,
     regularizer,
@@ -360,7 +367,7 @@ def _network(
         normalization=normalization,
         name="conv_caps1",
         dtype=policy,
-        **routed,
+        em_settings=settings,
     )(capsules)
     capsules = MatrixCapsule(
         D,
@@ -370,7 +377,7 @@ def _network(
         normalization=normalization,
         name="conv_caps2",
         dtype=policy,
-        **routed,
+        em_settings=settings,
     )(capsules)
     poses, activations = ClassMatrixCapsule(
         num_classes,
@@ -378,7 +385,7 @@ def _network(
         kernel_regularizer=regularizer,
         name="class_caps",
         dtype=policy,
-        **routed,
+        em_settings=settings,
     )(capsules)
     activations = keras.layers.Activation("linear", dtype="float32", name="activations")(
         activations

@@ -235,7 +235,7 @@ def run_one(args):
 
     keras.mixed_precision.set_global_policy(args.precision)
     keras.utils.set_random_seed(args.seed)
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
 
     per_call = args.steps_per_execution or 1
     warmup = _round_up(max(args.warmup, 1), per_call)

@@ -77,7 +77,7 @@ def run_fit(args):
     import numpy as np
 
     from applications import MatrixCapsNetNORB
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
 
     keras.utils.set_random_seed(args.seed)
     config, batch = CONFIGS[args.only]
@@ -117,7 +117,7 @@ def run_profile(args):
     import numpy as np
 
     from applications import MatrixCapsNetNORB
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
 
     config, batch = CONFIGS[args.profile_model]
     model = MatrixCapsNetNORB(**config, iterations=args.iterations)

@@ -57,7 +57,7 @@ def build(name, batch, steps):
     """The model, compiled with one step per call, and `steps` batches of random data."""
     import numpy as np
 
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
 
     rng = np.random.default_rng(0)
     if name == "em":

@@ -101,7 +101,7 @@ def _model(model_name, spe, seed):
     import keras
 
     import applications
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
 
     keras.utils.set_random_seed(seed)
     model = (

@@ -31,7 +31,7 @@ def budget_callback(seconds, max_steps=None, log_every=100):
     """
     import keras
 
-    from keras_capsules.callbacks._steps import steps_run
+    from keras_capsules._steps import steps_run
 
     class Budget(keras.callbacks.Callback):
         def __init__(self):
@@ -67,7 +67,7 @@ def one_step_per_call(model):
     callback sees only the last step of each; an experiment whose callbacks
     act at exact steps runs one step per call.
     """
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
 
     return compile_again(model, steps_per_execution=1)
 

@@ -103,7 +103,7 @@ def match_callback(model_check, target, every):
     """Stop `fit` once `model_check()` (validation accuracy) reaches `target`."""
     import keras
 
-    from keras_capsules.callbacks._steps import steps_run
+    from keras_capsules._steps import steps_run
 
     class Match(keras.callbacks.Callback):
         def __init__(self):

@@ -84,7 +84,7 @@ def run_one(name, data, args):
     batch_size = BATCH_SIZES[name]
     budget = args.minutes * 60.0
 
-    from keras_capsules.callbacks._steps import steps_run
+    from keras_capsules._steps import steps_run
 
     class Budget(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):

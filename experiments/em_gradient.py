@@ -47,7 +47,7 @@ def conv1_gradients(iterations, tempering, batches, seed, stop_responsibilities=
         tempering=tempering,
         compile=False,
     )
-    from keras_capsules.routing import _positions as routing  # the layers look these up here
+    from keras_capsules import _positions as routing  # the layers look these up here
 
     original = routing.normalize_over_positions, routing.normalize_over_outputs
     if stop_responsibilities:  # log R behind stop_gradient, in every layer

@@ -289,7 +289,7 @@ def train(args, recipe, folder, progress):
     import keras
 
     import applications  # noqa: F401  (registers the models the checkpoint names)
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
 
     keras.utils.set_random_seed(recipe["seed"] + progress["epochs_done"])
     (x, y), (x_test, y_test) = _load(recipe)

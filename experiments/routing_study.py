@@ -354,7 +354,7 @@ def one_run(args):
     seed = int(seed)
     import keras
 
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
     from keras_capsules.diagnostics import routing_statistics
 
     keras.utils.set_random_seed(seed)

@@ -5,7 +5,7 @@ Keras has no backend-independent way to differentiate *inside* that gradient
 (a vector-Jacobian product). Both routing procedures need one: their backward
 passes recompute the cheap part of the forward pass and differentiate it with
 respect to a few small tensors, then form the gradient of the large votes
-themselves (`keras_capsules.routing._em_route.em_route` and `dynamic_routing`). On
+themselves (`keras_capsules._em_route.em_route` and `dynamic_routing`). On
 TensorFlow the result is a first-order gradient only: the values a backward
 pass reuses from its forward pass are constants to an outer tape. This module
 is the only place that touches a backend directly; on backends it does not

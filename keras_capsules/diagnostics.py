@@ -1,4 +1,4 @@
-"""What routing does in a trained model: `routing_statistics`."""
+"""What routing does in a trained model: `routing_statistics`, and `routing_details` unaveraged."""
 
 import math
 
@@ -69,16 +69,43 @@ def routing_statistics(model, images, labels=None, batch_size=100):
     """
     return {
         name: _summary(details)
-        for name, details in _layer_details(model, images, labels, batch_size).items()
+        for name, details in routing_details(model, images, labels, batch_size).items()
     }
 
 
-def _layer_details(model, images, labels=None, batch_size=100):
-    """What `routing_statistics` averages, per routing layer, as arrays (for the figure).
+def routing_details(model, images, labels=None, batch_size=100):
+    """What `routing_statistics` averages, per routing layer, before averaging.
 
-    Returns `{layer_name: {"entropy": (n, children) in nats, "num_parents",
-    "activity": (parents,) fraction of images on which each parent is
-    active, "class_agreement": {class: (agreement, number of pairs)}}}`.
+    The same layers, couplings and conventions as `routing_statistics`, kept
+    per image, child, parent and class, as the routing statistics figure
+    (`keras_capsules.visualization.routing_statistics_plot`) draws them.
+
+    Args:
+        model: a functional Keras model, such as the applications.
+        images: inputs of the model, as its `predict` takes them.
+        labels: integer classes of the images; by default the model's
+            predicted classes.
+        batch_size: images per batch (100).
+
+    Returns:
+        `{layer_name: details}`, where `details` holds `"entropy"`, the
+        entropy of each child's coupling in nats, `(num_images,
+        num_children)`; `"activity"`, the fraction of the images on which
+        each parent is active (length or activation at least 0.1),
+        `(num_parents,)`; `"class_agreement"`, `{class: (agreement, pairs)}`,
+        the same-class agreement of each class with two images or more and
+        the number of (image pair, child) cases it counts; and
+        `"num_parents"` and `"num_children"`.
+
+    Example:
+
+    >>> import applications
+    >>> import numpy as np
+    >>> model = applications.CapsNetMNIST(conv_filters=16, primary_capsule_types=4)
+    >>> images = np.random.default_rng(0).integers(0, 256, (6, 28, 28, 1))
+    >>> details = routing_details(model, images, labels=[0, 0, 1, 1, 2, 2])["digit_caps"]
+    >>> details["entropy"].shape, details["activity"].shape, sorted(details["class_agreement"])
+    ((6, 144), (10,), [0, 1, 2])
     """
     check_positive_int("batch_size", batch_size)
     images = np.asarray(images)

@@ -1,9 +1,20 @@
 """Data-parallel training with the engine each Keras backend already has.
 
-On TensorFlow, `tf.distribute.MirroredStrategy` (one machine, several devices)
-or `MultiWorkerMirroredStrategy` (several machines, configured by `TF_CONFIG`);
-on JAX, the Keras distribution API (`keras.distribution.DataParallel`). Build,
-compile and `fit` the model inside `data_parallel()`:
+On one machine's devices: TensorFlow's `tf.distribute.MirroredStrategy` or
+the Keras distribution API on JAX (`keras.distribution.DataParallel`). Across
+processes and machines, JAX alone: `keras.distribution.initialize()` joins
+the processes (configured by `KERAS_DISTRIBUTION_JOB_ADDRESSES`,
+`KERAS_DISTRIBUTION_NUM_PROCESSES` and `KERAS_DISTRIBUTION_PROCESS_ID`) and
+`DataParallel` spans the devices of all of them. TensorFlow's
+`MultiWorkerMirroredStrategy` does not train with Keras 3's `fit`, which
+fails reducing the first batch and the step's logs across workers for any
+model
+([tensorflow/tensorflow#72388](https://github.com/tensorflow/tensorflow/issues/72388));
+Keras 3 does not support that strategy
+([keras-team/keras#20585](https://github.com/keras-team/keras/issues/20585)),
+so `keras-capsules train --distribute` refuses `TF_CONFIG`.
+
+Build, compile and `fit` the model inside `data_parallel()`:
 
 ```python
 from keras_capsules.distribute import data_parallel
@@ -176,13 +187,16 @@ def data_parallel(devices=None, multi_worker=None):
             `["/cpu:0", "/cpu:1"]`) or JAX devices; `None` uses every device
             the backend sees (all GPUs; the CPU once, unless split into
             logical devices).
-        multi_worker: train across processes, one per machine. TensorFlow:
-            `MultiWorkerMirroredStrategy`, configured by `TF_CONFIG` (by
-            default when it is set). JAX: `keras.distribution.initialize()`
-            first, configured by `KERAS_DISTRIBUTION_JOB_ADDRESSES`,
+        multi_worker: train across processes, one per machine. JAX:
+            `keras.distribution.initialize()` first, configured by
+            `KERAS_DISTRIBUTION_JOB_ADDRESSES`,
             `KERAS_DISTRIBUTION_NUM_PROCESSES` and
             `KERAS_DISTRIBUTION_PROCESS_ID` (by default when the first is
             set), then `DataParallel` over the devices of all processes.
+            TensorFlow: `MultiWorkerMirroredStrategy`, configured by
+            `TF_CONFIG` (by default when it is set), for a custom training
+            loop only: Keras 3's `fit` cannot train with it
+            (tensorflow/tensorflow#72388, keras-team/keras#20585).
 
     Yields:
         The `tf.distribute.Strategy` or `keras.distribution.DataParallel`.

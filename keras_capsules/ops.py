@@ -10,35 +10,12 @@ would give a squared norm of 1e40, beyond float32).
 
 from keras import ops
 
-from keras_capsules._precision import LOW_PRECISION
+from keras_capsules._precision import scaled
+from keras_capsules._precision import to_float32
 
 EPSILON = 1e-7
 """Added to the squared norm before every square root, so that the norm and its
 gradient are finite at an exactly zero vector."""
-
-
-def _to_float32(x):
-    x = ops.convert_to_tensor(x)
-    dtype = ops.dtype(x)
-    if dtype in LOW_PRECISION or "int" in dtype:
-        return ops.cast(x, "float32"), dtype
-    return x, dtype
-
-
-def _scaled(x, axis):
-    """`(y, c)` with `y = x / c`, `c = max(1, max |x|)` along `axis`.
-
-    `c` is a constant for differentiation: every formula below is exactly the
-    same function of `x` for any `c`, so treating it as one gives the true
-    gradient. Capsules with no entry above 1 are left as they are (`c = 1`).
-    """
-    # max(1, |x|...): `initial` also lets an empty batch through.
-    largest = ops.stop_gradient(ops.max(ops.abs(x), axis=axis, keepdims=True, initial=1.0))
-    # XLA divides by multiplying with the reciprocal, which flushes to zero for
-    # divisors above 2^126: capsules beyond 2^64 are first multiplied by 2^-64.
-    pre = ops.cast(ops.where(largest > 2.0**64, 2.0**-64, 1.0), ops.dtype(x))
-    divisor = ops.maximum(largest * pre, 1.0)
-    return x * pre / divisor, divisor / pre
 
 
 def squash(x, axis=-1, epsilon=EPSILON):
@@ -63,10 +40,10 @@ def squash(x, axis=-1, epsilon=EPSILON):
     >>> round(float(np.linalg.norm(v)), 4)  # 25 / 26
     0.9615
     """
-    x32, dtype = _to_float32(x)
+    x32, dtype = to_float32(x)
     # With y = x / c and k = 1 / c^2: |x|^2 / (1 + |x|^2) / sqrt(|x|^2 + eps) * x
     # = |y|^2 / (k + |y|^2) / sqrt(|y|^2 + eps k) * y, which never squares x.
-    y, c = _scaled(x32, axis)
+    y, c = scaled(x32, axis)
     k = 1.0 / ops.square(c)  # underflows to 0 for c > 1e19: then y / |y|, exactly
     squared_norm = ops.sum(ops.square(y), axis=axis, keepdims=True)
     scale = squared_norm / (k + squared_norm) / ops.sqrt(squared_norm + epsilon * k)
@@ -103,9 +80,9 @@ def exponential_squash(x, axis=-1, epsilon=EPSILON):
         Mazzia, Salvetti, Chiaberge. Efficient-CapsNet: Capsule Network with
         Self-Attention Routing. Scientific Reports 11, 14634 (2021).
     """
-    x32, dtype = _to_float32(x)
+    x32, dtype = to_float32(x)
     # s / |s| = y / sqrt(|y|^2 + eps k) with y = x / c, k = 1 / c^2; |s| = c sqrt(...).
-    y, c = _scaled(x32, axis)
+    y, c = scaled(x32, axis)
     k = 1.0 / ops.square(c)
     unit_norm = ops.sqrt(ops.sum(ops.square(y), axis=axis, keepdims=True) + epsilon * k)
     # 1 - exp(-|s|) = -expm1(-|s|): accurate for short capsules, 1 for long ones.
@@ -135,9 +112,9 @@ def length(x, axis=-1, keepdims=False, epsilon=EPSILON):
     >>> round(float(length(np.array([3.0, 4.0]))), 4)
     5.0
     """
-    x32, dtype = _to_float32(x)
+    x32, dtype = to_float32(x)
     # sqrt(|x|^2 + eps) = c sqrt(|y|^2 + eps k), with y = x / c and k = 1 / c^2.
-    y, c = _scaled(x32, axis)
+    y, c = scaled(x32, axis)
     squared_norm = ops.sum(ops.square(y), axis=axis, keepdims=True)
     out = ops.sqrt(squared_norm + epsilon / ops.square(c)) * c
     if not keepdims:

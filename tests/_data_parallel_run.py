@@ -24,7 +24,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import applications  # noqa: E402
-from applications._defaults import compile_again  # noqa: E402
+from keras_capsules._compile import compile_again  # noqa: E402
 from keras_capsules.datasets import mnist  # noqa: E402
 from keras_capsules.distribute import data_parallel  # noqa: E402
 

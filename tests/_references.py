@@ -23,7 +23,7 @@ and it must not import a backend or change the process.
 import numpy as np
 
 EM_EPSILON = 1e-7
-"""The floor of EM routing's denominators, `keras_capsules.routing._em_route.EM_EPSILON`."""
+"""The floor of EM routing's denominators, `keras_capsules._em_route.EM_EPSILON`."""
 
 
 # Sabour et al. 2017: vector capsules and dynamic routing.

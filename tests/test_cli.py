@@ -165,12 +165,18 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
 EM_TINY = ["-A", "8", "-B", "2", "-C", "2", "-D", "2", "--iterations", "2", "--verbose", "0"]
 
 
-def test_train_matrix_capsnet_mnist(tmp_path):
+def test_train_matrix_capsnet_mnist(tmp_path, monkeypatch):
+    from keras_capsules.routing import EMSettings
+
+    made = []
+    post_init = EMSettings.__post_init__
+    monkeypatch.setattr(EMSettings, "__post_init__", lambda self: made.append(post_init(self)))
     output = str(tmp_path / "em")
     args = ["train", "matrix-capsnet", "--output", output, "--train-size", "64"]
     em_options = ["--variance-epsilon", "0.01", "--tempering", "0.3"]
     em_options += ["--normalization", "positions", "--inverse-temperature-schedule", "authors"]
     assert cli.main(args + ["--test-size", "32", *em_options, *EM_TINY]) == 0
+    assert len(made) == 1  # the options' settings, checked once and shared by every layer
     metrics = json.load(open(os.path.join(output, "metrics.json")))
     saved = _model.load_model(os.path.join(output, "model.keras"))
     conv_caps2 = saved.get_layer("conv_caps2")

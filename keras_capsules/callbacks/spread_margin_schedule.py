@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.callbacks._steps import steps_run
+from keras_capsules._steps import steps_run
 from keras_capsules.losses.spread_loss import SpreadLoss
 
 

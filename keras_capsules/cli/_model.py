@@ -55,13 +55,12 @@ def load_model_or_preset(args, command):
         raise SystemExit(f"keras-capsules {command}: give a model_path or --preset, not both")
     if args.model_path is not None:
         return load_model(args.model_path), None
-    from applications import _preset
+    import applications
 
     preset = args.preset or DEFAULT_PRESET
     try:
-        folder = _preset.preset_folder(preset)
-        metadata = _preset.read_metadata(folder)
-        model = _preset.PresetMixin.from_preset(folder)
+        metadata = applications.preset_metadata(preset)
+        model = applications.PresetMixin.from_preset(preset)
     except (ValueError, ImportError, OSError) as error:
         raise SystemExit(f"keras-capsules {command}: preset {preset!r}: {error}") from None
     return model, (metadata.get("data") or {}).get("name")

@@ -81,7 +81,7 @@ def finite_loss_counter():
     import keras
     import numpy as np
 
-    from keras_capsules.callbacks._steps import steps_run
+    from keras_capsules._steps import steps_run
 
     class FiniteLossCounter(keras.callbacks.Callback):
         """Counts the training steps and those whose loss was NaN or infinite."""

@@ -293,8 +293,11 @@ def _add_em_options(group):
     )
 
 
-def _build_model(args, steps_per_epoch, spec):
-    """The model `args` ask for, for the data `spec` describes (its shape, classes, scale)."""
+def _build_model(args, steps_per_epoch, spec, em_settings=None):
+    """The model `args` ask for, for the data `spec` describes (its shape, classes, scale).
+
+    `em_settings` is the `EMSettings` of `_em_settings(args)`, for matrix-capsnet.
+    """
     import applications
 
     cls = getattr(applications, MODELS[args.model])
@@ -333,7 +336,7 @@ def _build_model(args, steps_per_epoch, spec):
             C=args.C,
             D=args.D,
             normalization=args.normalization,
-            **_em_settings(args).get_config(),
+            em_settings=em_settings,
             **arguments,
         )
     else:
@@ -345,7 +348,7 @@ def _build_model(args, steps_per_epoch, spec):
 
 def _em_settings(args):
     """EM routing's settings from the options, checked once: a bad one stops the run unstarted."""
-    from keras_capsules.routing._em_settings import EMSettings
+    from keras_capsules.routing import EMSettings
 
     try:
         return EMSettings(
@@ -511,8 +514,7 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
 def run(args):
     """Run `keras-capsules train` with parsed arguments; return the exit status."""
     resolve_defaults(args)
-    if args.model == "matrix-capsnet":
-        _em_settings(args)
+    em_settings = _em_settings(args) if args.model == "matrix-capsnet" else None
     summary = None
     if args.images is not None:  # every image checked before anything is written
         try:
@@ -546,7 +548,7 @@ def run(args):
     with _training.locked(args.output):  # one run at a time in a folder
         try:
             _remove_stale(args.output)
-            return _run(args, summary)
+            return _run(args, summary, em_settings)
         except OSError as error:  # a full disk, a folder gone: one line, the backup kept
             where = final_path(error.filename) if error.filename else args.output
             raise SystemExit(
@@ -608,10 +610,10 @@ def _worker_folder(args):
     return None if index == 0 else os.path.join(args.output, f".worker-{index}")
 
 
-def _run(args, summary):
+def _run(args, summary, em_settings):
     import keras
 
-    from applications._defaults import compile_again
+    from keras_capsules._compile import compile_again
 
     _check_steps_per_execution(args)
     batch_size = args.batch_size
@@ -643,7 +645,7 @@ def _run(args, summary):
                 print(f"Continuing the finished run from epoch {finished + 1}", flush=True)
                 model = load_model(os.path.join(args.output, "model.keras"))
             else:
-                model = _build_model(args, -(-train_count // batch_size), spec)
+                model = _build_model(args, -(-train_count // batch_size), spec, em_settings)
             steps_per_execution = 1 if _multi_process(args) else args.steps_per_execution
             if steps_per_execution not in (None, model.steps_per_execution):
                 compile_again(model, steps_per_execution=steps_per_execution)

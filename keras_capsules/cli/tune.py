@@ -246,9 +246,9 @@ def _configure_environment(args):
         os.environ["KERASTUNER_TUNER_ID"] = "chief" if args.chief else args.worker
     elif args.oracle is not None:
         _fail("--oracle needs --chief or --worker")
-    from keras_capsules.tuning.tuners import _role
+    from keras_capsules.tuning import process_role
 
-    return _role()
+    return process_role()
 
 
 def _hypermodel(args):

@@ -3,15 +3,15 @@
 import keras
 from keras import ops
 
+from keras_capsules._em_route import em_route
 from keras_capsules._validation import check_positive_int
-from keras_capsules.routing._em_route import em_route
-from keras_capsules.routing._em_settings import EMSettings
 
 
 class EMCapsule(keras.layers.Layer):
     """A layer of matrix capsules whose votes are routed by EM routing.
 
-    It holds the routing's settings as one `EMSettings` (checked once; read
+    It holds the routing's settings as one `EMSettings`, `settings` (checked
+    once, by whoever made it, and shared by all the layers of a model; read
     back through `iterations`, `tempering` and the others), creates the
     layer's 4x4 transformation matrices `kernel` and the per-type `beta_v` and
     `beta_a`, routes votes with them and writes the config. A subclass
@@ -22,11 +22,7 @@ class EMCapsule(keras.layers.Layer):
     def __init__(
         self,
         capsule_types,
-        iterations,
-        inverse_temperature,
-        variance_epsilon,
-        tempering,
-        inverse_temperature_schedule,
+        settings,
         kernel_initializer,
         kernel_regularizer,
         **kwargs,
@@ -34,13 +30,7 @@ class EMCapsule(keras.layers.Layer):
         super().__init__(**kwargs)
         check_positive_int("capsule_types", capsule_types)
         self.capsule_types = capsule_types
-        self.settings = EMSettings(
-            iterations=iterations,
-            inverse_temperature=inverse_temperature,
-            variance_epsilon=variance_epsilon,
-            tempering=tempering,
-            inverse_temperature_schedule=inverse_temperature_schedule,
-        )
+        self.settings = settings
         if kernel_initializer is None:  # votes of the poses' scale
             kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.5)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)

@@ -2,10 +2,11 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules import _positions
 from keras_capsules import routing
+from keras_capsules._em_arguments import routing_settings
 from keras_capsules._validation import check_capsule_inputs
 from keras_capsules.layers._em_capsule import EMCapsule
-from keras_capsules.routing import _positions
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -35,6 +36,10 @@ class ClassMatrixCapsule(EMCapsule):
             `(input_types, capsule_types, 4, 4)`. Default: truncated normal with
             standard deviation 0.5.
         kernel_regularizer: optional regularizer of `W`.
+        em_settings: `iterations`, `inverse_temperature`, `variance_epsilon`,
+            `tempering` and `inverse_temperature_schedule` as one
+            `keras_capsules.routing.EMSettings`, which the layer then holds
+            (those arguments keep their defaults).
         **kwargs: base layer arguments such as `name` and `dtype`.
 
     Call arguments:
@@ -73,15 +78,20 @@ class ClassMatrixCapsule(EMCapsule):
         inverse_temperature_schedule="rescaled",
         kernel_initializer=None,
         kernel_regularizer=None,
+        em_settings=None,
         **kwargs,
     ):
+        settings = routing_settings(
+            em_settings,
+            iterations=iterations,
+            inverse_temperature=inverse_temperature,
+            variance_epsilon=variance_epsilon,
+            tempering=tempering,
+            inverse_temperature_schedule=inverse_temperature_schedule,
+        )
         super().__init__(
             capsule_types,
-            iterations,
-            inverse_temperature,
-            variance_epsilon,
-            tempering,
-            inverse_temperature_schedule,
+            settings,
             kernel_initializer,
             kernel_regularizer,
             **kwargs,

@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_int
+from keras_capsules.layers._convolutional_capsule import ConvolutionalCapsule
 from keras_capsules.ops import exponential_squash
 
 
@@ -20,7 +21,7 @@ def _pair(name, value):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class DepthwisePrimaryCapsule(keras.layers.Layer):
+class DepthwisePrimaryCapsule(ConvolutionalCapsule):
     """Primary capsules from a depthwise convolution (Efficient-CapsNet).
 
     Each input channel is filtered on its own (a depthwise convolution, one
@@ -72,17 +73,23 @@ class DepthwisePrimaryCapsule(keras.layers.Layer):
         kernel_regularizer=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
         check_positive_int("capsule_types", capsule_types)
         check_positive_int("capsule_dim", capsule_dim)
+        super().__init__(
+            capsule_types * capsule_dim,
+            None if kernel_size is None else _pair("kernel_size", kernel_size),
+            _pair("strides", strides),
+            "valid",
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            **kwargs,
+        )
         self.capsule_types = capsule_types
         self.capsule_dim = capsule_dim
-        self.kernel_size = None if kernel_size is None else _pair("kernel_size", kernel_size)
-        self.strides = _pair("strides", strides)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.input_spec = keras.layers.InputSpec(ndim=4)
+
+    def _convolution(self, filters):
+        return None  # the depthwise kernel and bias are this layer's own weights
 
     def _window(self, input_shape):
         """The kernel's (height, width) for inputs of `input_shape`."""
@@ -103,6 +110,10 @@ class DepthwisePrimaryCapsule(keras.layers.Layer):
                 "DepthwisePrimaryCapsule expects inputs of shape (batch, height, width, "
                 f"capsule_types * capsule_dim = {channels}). Received: input_shape={input_shape}"
             )
+        super().build(input_shape)
+        self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: channels})
+
+    def _build_convolution(self, input_shape):
         window = self._window(input_shape)
         for size, extent in zip(window, input_shape[1:3]):
             if extent is not None and size > extent:
@@ -112,45 +123,38 @@ class DepthwisePrimaryCapsule(keras.layers.Layer):
                 )
         self.kernel = self.add_weight(
             name="kernel",
-            shape=window + (channels, 1),
+            shape=window + (input_shape[-1], 1),
             initializer=self.kernel_initializer,
             regularizer=self.kernel_regularizer,
         )
         self.bias = self.add_weight(
-            name="bias", shape=(channels,), initializer=self.bias_initializer
+            name="bias", shape=(input_shape[-1],), initializer=self.bias_initializer
         )
-        self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: channels})
 
-    def call(self, inputs):
+    def _convolve(self, inputs):
         kernel = ops.cast(self.kernel, self.compute_dtype)
         features = ops.depthwise_conv(inputs, kernel, strides=self.strides, padding="valid")
-        features = features + ops.cast(self.bias, self.compute_dtype)
-        shape = ops.shape(features)
-        capsules = ops.reshape(
-            features, (shape[0], shape[1] * shape[2] * self.capsule_types, self.capsule_dim)
-        )
-        return exponential_squash(capsules)
+        return features + ops.cast(self.bias, self.compute_dtype)
 
-    def compute_output_shape(self, input_shape):
+    def _convolved_shape(self, input_shape):
         window = self._window(input_shape)
         extents = [
             None if extent is None else (extent - size) // stride + 1
             for extent, size, stride in zip(input_shape[1:3], window, self.strides)
         ]
-        count = None if None in extents else extents[0] * extents[1] * self.capsule_types
-        return (input_shape[0], count, self.capsule_dim)
+        return (input_shape[0], *extents, self.capsule_types * self.capsule_dim)
+
+    def call(self, inputs):
+        features = self._convolve(inputs)
+        return exponential_squash(
+            self._capsule_list(features, self.capsule_types, self.capsule_dim)
+        )
+
+    def compute_output_shape(self, input_shape):
+        return self._capsule_list_shape(input_shape, self.capsule_types, self.capsule_dim)
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "capsule_types": self.capsule_types,
-                "capsule_dim": self.capsule_dim,
-                "kernel_size": self.kernel_size,
-                "strides": self.strides,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
-            }
-        )
+        del config["padding"]  # always "valid", not an argument of this layer
+        config.update({"capsule_types": self.capsule_types, "capsule_dim": self.capsule_dim})
         return config

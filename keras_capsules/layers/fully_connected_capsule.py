@@ -1,8 +1,8 @@
 import keras
 from keras import ops
 
+from keras_capsules._contract import uniform_coupling
 from keras_capsules._validation import check_positive_int
-from keras_capsules.routing._contract import uniform_coupling
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

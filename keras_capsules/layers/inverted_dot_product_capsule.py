@@ -3,8 +3,8 @@ import keras
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers.fully_connected_capsule import FullyConnectedCapsule
+from keras_capsules.routing import LAYER_NORM_EPSILON
 from keras_capsules.routing import inverted_dot_product_routing
-from keras_capsules.routing._inverted_dot_product import LAYER_NORM_EPSILON
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -1,5 +1,4 @@
 import keras
-from keras import ops
 
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._convolutional_capsule import ConvolutionalCapsule
@@ -72,17 +71,11 @@ class PrimaryCapsule(ConvolutionalCapsule):
         self.capsule_dim = capsule_dim
 
     def call(self, inputs):
-        features = self.conv(inputs)
-        shape = ops.shape(features)
-        capsules = ops.reshape(
-            features, (shape[0], shape[1] * shape[2] * self.capsule_types, self.capsule_dim)
-        )
-        return squash(capsules, axis=-1)
+        features = self._convolve(inputs)
+        return squash(self._capsule_list(features, self.capsule_types, self.capsule_dim), axis=-1)
 
     def compute_output_shape(self, input_shape):
-        _, height, width, _ = self.conv.compute_output_shape(input_shape)
-        count = None if height is None or width is None else height * width * self.capsule_types
-        return (input_shape[0], count, self.capsule_dim)
+        return self._capsule_list_shape(input_shape, self.capsule_types, self.capsule_dim)
 
     def get_config(self):
         config = super().get_config()

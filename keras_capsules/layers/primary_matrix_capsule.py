@@ -70,7 +70,7 @@ class PrimaryMatrixCapsule(ConvolutionalCapsule):
         self.capsule_types = capsule_types
 
     def call(self, inputs):
-        features = self.conv(inputs)
+        features = self._convolve(inputs)
         shape = ops.shape(features)
         grid = (shape[0], shape[1], shape[2])
         # A split, not two slices, whose gradients would each be a full-size tensor.
@@ -80,7 +80,7 @@ class PrimaryMatrixCapsule(ConvolutionalCapsule):
         return poses, activations
 
     def compute_output_shape(self, input_shape):
-        batch, height, width, _ = self.conv.compute_output_shape(input_shape)
+        batch, height, width, _ = self._convolved_shape(input_shape)
         return (
             (batch, height, width, self.capsule_types, 16),
             (batch, height, width, self.capsule_types),

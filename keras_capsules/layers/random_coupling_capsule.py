@@ -1,10 +1,10 @@
 import keras
 from keras import ops
 
+from keras_capsules._contract import contract_inputs
 from keras_capsules._validation import is_int
 from keras_capsules.layers.fully_connected_capsule import FullyConnectedCapsule
 from keras_capsules.ops import squash
-from keras_capsules.routing._contract import contract_inputs
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

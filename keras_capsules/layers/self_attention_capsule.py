@@ -1,11 +1,11 @@
 import keras
 from keras import ops
 
+from keras_capsules._contract import self_attention_parents
+from keras_capsules._contract import uniform_coupling
 from keras_capsules._precision import to_float32
 from keras_capsules.layers.fully_connected_capsule import FullyConnectedCapsule
 from keras_capsules.routing import self_attention_routing
-from keras_capsules.routing._contract import uniform_coupling
-from keras_capsules.routing._self_attention import parents
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -89,7 +89,7 @@ class SelfAttentionCapsule(FullyConnectedCapsule):
         if not self.uniform_coupling:
             return self_attention_routing(votes, bias, return_coupling=True)
         votes, dtype = to_float32(votes)
-        outputs, coupling = parents(uniform_coupling(votes), bias, votes)
+        outputs, coupling = self_attention_parents(uniform_coupling(votes), bias, votes)
         return ops.cast(outputs, dtype), ops.cast(coupling, dtype)
 
     def get_config(self):

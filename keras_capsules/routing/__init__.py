@@ -15,11 +15,12 @@ Every routing function follows one contract:
   dtype.
 
 `dynamic_routing` routes vector capsules (Sabour et al. 2017), `em_routing`
-matrix capsules (Hinton et al. 2018), `self_attention_routing` the capsules
-of Efficient-CapsNet (Mazzia et al. 2021) and `inverted_dot_product_routing`
-those of Tsai et al. 2020. A routing layer computes the votes (a learned
-transformation of its inputs) and calls one of them:
-`keras_capsules.layers.FullyConnectedCapsule` is the base of such layers.
+matrix capsules (Hinton et al. 2018; `EMSettings` holds its settings as one
+value), `self_attention_routing` the capsules of Efficient-CapsNet (Mazzia
+et al. 2021) and `inverted_dot_product_routing` those of Tsai et al. 2020.
+A routing layer computes the votes (a learned transformation of its inputs)
+and calls one of them: `keras_capsules.layers.FullyConnectedCapsule` is the
+base of such layers.
 """
 
 from keras_capsules.routing._dynamic import dynamic_routing
@@ -27,17 +28,21 @@ from keras_capsules.routing._em import em_routing
 from keras_capsules.routing._em_settings import INVERSE_TEMPERATURE
 from keras_capsules.routing._em_settings import TEMPERING
 from keras_capsules.routing._em_settings import VARIANCE_EPSILON
+from keras_capsules.routing._em_settings import EMSettings
 from keras_capsules.routing._em_settings import inverse_temperatures
+from keras_capsules.routing._inverted_dot_product import LAYER_NORM_EPSILON
 from keras_capsules.routing._inverted_dot_product import inverted_dot_product_routing
 from keras_capsules.routing._self_attention import self_attention_routing
 
 __all__ = [
     "dynamic_routing",
     "em_routing",
+    "EMSettings",
     "inverse_temperatures",
     "inverted_dot_product_routing",
     "self_attention_routing",
     "INVERSE_TEMPERATURE",
+    "LAYER_NORM_EPSILON",
     "TEMPERING",
     "VARIANCE_EPSILON",
 ]

@@ -6,14 +6,14 @@ from keras_capsules._autodiff import recompute_gradient
 from keras_capsules._autodiff import supports_recompute_gradient
 from keras_capsules._autodiff import vjp
 from keras_capsules._autodiff import with_gradient
+from keras_capsules._contract import check_votes
+from keras_capsules._contract import contract_inputs
+from keras_capsules._contract import contract_pose
+from keras_capsules._contract import uniform_coupling
 from keras_capsules._precision import to_float32
 from keras_capsules._validation import check_gradient_method
 from keras_capsules._validation import check_positive_int
 from keras_capsules.ops import squash
-from keras_capsules.routing._contract import check_votes
-from keras_capsules.routing._contract import contract_inputs
-from keras_capsules.routing._contract import contract_pose
-from keras_capsules.routing._contract import uniform_coupling
 
 
 def dynamic_routing(

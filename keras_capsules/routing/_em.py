@@ -2,15 +2,15 @@
 
 from keras import ops
 
+from keras_capsules._contract import check_votes
+from keras_capsules._contract import uniform_coupling
+from keras_capsules._em_route import em_route
+from keras_capsules._positions import normalize_over_outputs
 from keras_capsules._validation import check_in_unit_interval
-from keras_capsules.routing._contract import check_votes
-from keras_capsules.routing._contract import uniform_coupling
-from keras_capsules.routing._em_route import em_route
 from keras_capsules.routing._em_settings import INVERSE_TEMPERATURE
 from keras_capsules.routing._em_settings import TEMPERING
 from keras_capsules.routing._em_settings import VARIANCE_EPSILON
 from keras_capsules.routing._em_settings import EMSettings
-from keras_capsules.routing._positions import normalize_over_outputs
 
 
 def em_routing(

@@ -77,19 +77,40 @@ def tempering_schedule(tempering, iterations):
 class EMSettings:
     """EM routing's settings as one value, checked once when it is made.
 
-    The matrix capsule layers, `em_routing` and `applications.MatrixCapsNet`
-    take these five as keyword arguments and hold them as one `EMSettings`;
-    the routing iterations read them from it. A bad value is a `ValueError`
-    naming its argument.
+    The matrix capsule layers (`MatrixCapsule`, `ClassMatrixCapsule`) and
+    `applications.MatrixCapsNet` take these five settings as keyword
+    arguments, or all at once as `em_settings=EMSettings(...)`, and hold them
+    as one `EMSettings` (a model shares its one with all its layers); the
+    routing iterations read them from it. A bad value is a `ValueError`
+    naming its argument. The value is frozen; `get_config` gives the five as
+    keyword arguments, as the layers' configs hold them.
 
-    Attributes:
-        iterations: EM iterations, a positive integer.
-        inverse_temperature: the final inverse temperature `lambda`.
-        variance_epsilon: the floor of every per-dimension variance.
-        tempering: the E-step exponent `tau`, one positive number or one per
-            E-step (`iterations - 1`); stored as a float or a tuple.
-        inverse_temperature_schedule: `"rescaled"` or `"authors"` (see
-            `inverse_temperatures`).
+    Args:
+        iterations: EM iterations, a positive integer (3).
+        inverse_temperature: the final inverse temperature `lambda` (0.01).
+        variance_epsilon: the floor of every per-dimension variance (1e-4).
+        tempering: the E-step exponent `tau`, one positive number (0.1) or one
+            per E-step (`iterations - 1`); stored as a float or a tuple.
+        inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`
+            (see `inverse_temperatures`).
+
+    Example:
+
+    >>> from keras_capsules.layers import ClassMatrixCapsule, MatrixCapsule
+    >>> from keras_capsules.routing import EMSettings
+    >>> settings = EMSettings(iterations=2, tempering=[0.5])
+    >>> settings.tempering, [round(x, 4) for x in settings.inverse_temperatures()]
+    ((0.5,), [0.0051, 0.01])
+    >>> conv_caps = MatrixCapsule(8, em_settings=settings)
+    >>> class_caps = ClassMatrixCapsule(5, em_settings=settings)
+    >>> conv_caps.settings is class_caps.settings is settings
+    True
+    >>> settings.get_config()["tempering"]
+    [0.5]
+    >>> EMSettings(iterations=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: `iterations` must be a positive integer. Received: iterations=0
     """
 
     iterations: int = 3

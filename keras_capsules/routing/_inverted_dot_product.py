@@ -2,14 +2,14 @@
 
 from keras import ops
 
+from keras_capsules._contract import check_votes
+from keras_capsules._contract import contract_inputs
+from keras_capsules._contract import contract_pose
+from keras_capsules._contract import uniform_coupling
+from keras_capsules._precision import scaled
 from keras_capsules._precision import to_float32
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
-from keras_capsules.ops import _scaled
-from keras_capsules.routing._contract import check_votes
-from keras_capsules.routing._contract import contract_inputs
-from keras_capsules.routing._contract import contract_pose
-from keras_capsules.routing._contract import uniform_coupling
 
 LAYER_NORM_EPSILON = 1e-5
 """The layer norm's epsilon, as `torch.nn.LayerNorm`'s in the official code."""
@@ -180,7 +180,7 @@ def _layer_norm(x, c, gamma, beta, epsilon):
     With `y = x / m`, `m = max(1, max |x|)` per pose: `(c x - mean) / sqrt(var +
     epsilon) = (y - mean_y) / sqrt(var_y + epsilon / (c m)^2)`.
     """
-    y, m = _scaled(x, axis=-1)
+    y, m = scaled(x, axis=-1)
     mean = ops.mean(y, axis=-1, keepdims=True)
     centered = y - mean
     variance = ops.mean(ops.square(centered), axis=-1, keepdims=True)

@@ -2,11 +2,10 @@
 
 from keras import ops
 
+from keras_capsules._contract import check_votes
+from keras_capsules._contract import contract_pose
+from keras_capsules._contract import self_attention_parents
 from keras_capsules._precision import to_float32
-from keras_capsules.ops import exponential_squash
-from keras_capsules.routing._contract import check_votes
-from keras_capsules.routing._contract import contract_inputs
-from keras_capsules.routing._contract import contract_pose
 
 
 def self_attention_routing(votes, bias=None, return_coupling=False):
@@ -78,18 +77,6 @@ def self_attention_routing(votes, bias=None, return_coupling=False):
     # rounding, which an uncapped c^2 would blow up to inf.
     factor = ops.minimum(scale, 2.0**40)
     coupling = ops.softmax(logits * factor * factor, axis=1)  # over the output capsules
-    outputs, coupling = parents(coupling, bias, votes)
+    outputs, coupling = self_attention_parents(coupling, bias, votes)
     outputs, coupling = ops.cast(outputs, dtype), ops.cast(coupling, dtype)
     return (outputs, coupling) if return_coupling else outputs
-
-
-def parents(coupling, bias, votes):
-    """`(v, c + bias)`: the parents `v_j = exponential_squash(sum_i (c + bias)[j, i] votes[j, i])`.
-
-    The last step of self-attention routing, for any coupling `c` laid out
-    `(batch, num_outputs, num_inputs)` (`SelfAttentionCapsule` also gives it
-    the uniform one); `bias` of shape `(num_outputs, num_inputs)` or `None`.
-    """
-    if bias is not None:
-        coupling = coupling + ops.cast(bias, ops.dtype(coupling))
-    return exponential_squash(contract_inputs(coupling, votes)), coupling

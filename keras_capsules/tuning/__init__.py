@@ -4,7 +4,8 @@
 subclasses for the two papers' networks; use them with any keras-tuner tuner,
 or with `create_tuner`, whose tuners also survive lost workers and an
 interrupted chief in keras-tuner's distributed mode. `best_trials_table`
-formats the best trials. See the tuning guide (docs/tuning.md).
+formats the best trials; `process_role` says whether this process is the
+chief or a worker of a distributed search. See the tuning guide (docs/tuning.md).
 """
 
 from keras_capsules._optional import require
@@ -16,6 +17,7 @@ from keras_capsules.tuning.matrix_capsnet_hyper_model import MatrixCapsNetHyperM
 from keras_capsules.tuning.tuners import TUNERS  # noqa: E402
 from keras_capsules.tuning.tuners import best_trials_table  # noqa: E402
 from keras_capsules.tuning.tuners import create_tuner  # noqa: E402
+from keras_capsules.tuning.tuners import process_role  # noqa: E402
 
 __all__ = [
     "CapsNetHyperModel",
@@ -23,4 +25,5 @@ __all__ = [
     "TUNERS",
     "best_trials_table",
     "create_tuner",
+    "process_role",
 ]

@@ -1,10 +1,9 @@
+from keras_capsules import _positions
 from keras_capsules import routing
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_number
-from keras_capsules.routing import _positions
-from keras_capsules.routing._em_settings import EMSettings
 from keras_capsules.tuning._base import CapsuleHyperModel
 
 
@@ -99,7 +98,7 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
     ):
         super().__init__(input_shape, num_classes, batch_size, name=name, tunable=tunable)
         check_positive_int("decay_steps", decay_steps)
-        EMSettings(
+        routing.EMSettings(
             variance_epsilon=variance_epsilon,
             inverse_temperature_schedule=inverse_temperature_schedule,
         )

@@ -61,6 +61,32 @@ from keras_capsules.tuning._service import _worker_client
 TUNERS = ("hyperband", "random", "bayesian")
 
 
+def process_role():
+    """This process's part in keras-tuner's distributed mode: `"chief"`, `"worker"` or `None`.
+
+    Read from keras-tuner's environment variables: with
+    `KERASTUNER_ORACLE_IP` set, the process whose `KERASTUNER_TUNER_ID`
+    contains `chief` is the chief (it runs the oracle and trains nothing) and
+    every other one a worker; without it, `None`, a search in one process.
+    The tuners of `create_tuner` act on it; a script can, for example, print
+    the results on the chief alone.
+
+    Example:
+
+    >>> from unittest import mock
+    >>> from keras_capsules.tuning import process_role
+    >>> chief = {"KERASTUNER_ORACLE_IP": "10.0.0.1", "KERASTUNER_ORACLE_PORT": "8000",
+    ...          "KERASTUNER_TUNER_ID": "chief"}
+    >>> with mock.patch.dict("os.environ", chief):
+    ...     process_role()
+    'chief'
+    >>> with mock.patch.dict("os.environ", {**chief, "KERASTUNER_TUNER_ID": "w0"}):
+    ...     process_role()
+    'worker'
+    """
+    return _role()
+
+
 class _TunerMixin:
     def __init__(
         self, oracle, hypermodel, *, epochs=None, heartbeat_seconds=10.0, poll_seconds=0.5, **kw

@@ -44,10 +44,10 @@ def routing_statistics_plot(model, images, labels=None, path=None, dpi=100, batc
     >>> len(figure.axes)  # one layer, three panels
     3
     """
-    from keras_capsules.diagnostics import _layer_details
+    from keras_capsules.diagnostics import routing_details
 
     _common.check_dpi(dpi)
-    layers = _layer_details(model, images, labels, batch_size)
+    layers = routing_details(model, images, labels, batch_size)
     figure, axes = _common.new_figure(len(layers), 3, dpi=dpi, size=(11, 3 * len(layers)))
     for row, (name, details) in zip(axes, layers.items()):
         entropy, activity, agreement = row

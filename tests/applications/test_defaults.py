@@ -6,6 +6,7 @@ import pytest
 
 import applications
 from applications import _defaults
+from keras_capsules._compile import compile_again
 
 SMALL = dict(conv_filters=8, primary_capsule_types=2, decoder_units=None, compile=False)
 
@@ -95,7 +96,7 @@ def test_progress_bars_count_every_batch_and_calls_print_no_retracing(capsys, ca
 def _trained_weights(steps_per_execution, x, y):
     keras.utils.set_random_seed(3)
     model = applications.CapsNetMNIST(**TINY)
-    _defaults.compile_again(model, steps_per_execution=steps_per_execution)
+    compile_again(model, steps_per_execution=steps_per_execution)
     model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
     return model, model.get_weights()
 
@@ -118,7 +119,7 @@ def test_compile_again_keeps_the_optimizer_and_its_state():
     x = rng.integers(0, 256, size=(8, 28, 28, 1), dtype=np.uint8)
     model.fit(x, rng.integers(0, 10, size=8), batch_size=4, verbose=0)
     optimizer, moments = model.optimizer, [v.numpy() for v in model.optimizer.variables]
-    _defaults.compile_again(model, steps_per_execution=1)
+    compile_again(model, steps_per_execution=1)
     assert model.optimizer is optimizer and model.steps_per_execution == 1
     for got, want in zip(model.optimizer.variables, moments):
         np.testing.assert_array_equal(got.numpy(), want)

@@ -57,6 +57,32 @@ def test_routing_arguments_reach_every_capsule_layer():
     assert (config["tempering"], config["normalization"]) == ([0.3], "positions")
 
 
+def test_the_model_makes_its_em_settings_once_for_every_layer(monkeypatch):
+    made = []
+    post_init = routing.EMSettings.__post_init__
+    monkeypatch.setattr(
+        routing.EMSettings, "__post_init__", lambda self: made.append(post_init(self))
+    )
+    model = applications.MatrixCapsNet(**dict(TINY, iterations=3), tempering=0.3, compile=False)
+    layers = [model.get_layer(name) for name in ("conv_caps1", "conv_caps2", "class_caps")]
+    assert len(made) == 1 and all(layer.settings is layers[0].settings for layer in layers)
+    assert layers[0].settings == routing.EMSettings(iterations=3, tempering=0.3)
+    # Given as one value, it is the one every layer routes with.
+    settings = routing.EMSettings(iterations=2, tempering=[0.5])
+    sizes = {key: value for key, value in TINY.items() if key != "iterations"}
+    made.clear()
+    model = applications.MatrixCapsNet(**sizes, em_settings=settings, compile=False)
+    assert not made
+    for name in ("conv_caps1", "conv_caps2", "class_caps"):
+        assert model.get_layer(name).settings is settings
+    config = model.get_config()
+    assert (config["iterations"], config["tempering"]) == (2, [0.5])
+    assert "em_settings" not in config
+    assert applications.MatrixCapsNet.from_config(config).get_config() == config
+    with pytest.raises(ValueError, match="`tempering` in it"):
+        applications.MatrixCapsNet(**sizes, em_settings=settings, tempering=0.3, compile=False)
+
+
 def test_defaults_are_the_tempered_e_step_of_the_papers_normalisation():
     model = applications.MatrixCapsNet(**TINY, compile=False)
     for name in ("conv_caps1", "conv_caps2", "class_caps"):

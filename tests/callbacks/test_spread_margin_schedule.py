@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import applications
-from applications._defaults import compile_again
+from keras_capsules._compile import compile_again
 from keras_capsules.callbacks import SpreadMarginSchedule
 from keras_capsules.losses import SpreadLoss
 from tests.conftest import BACKEND

@@ -52,3 +52,42 @@ def test_bad_arguments_and_shapes():
         DepthwisePrimaryCapsule(16, 8).build((None, None, None, 128))
     with pytest.raises(ValueError, match="larger than the feature map"):
         DepthwisePrimaryCapsule(16, 8, kernel_size=11).build((None, 9, 9, 128))
+
+
+def test_weights_round_trip_as_the_layers_own_variables(tmp_path):
+    # The shipped Efficient-CapsNet presets hold the kernel and the bias as the
+    # layer's own variables 0 and 1: a weights file keeps that layout.
+    import h5py
+    import keras
+
+    def model():
+        inputs = keras.Input((6, 7, 4))
+        layer = DepthwisePrimaryCapsule(2, 2, kernel_size=(3, 2), strides=2, name="primary")
+        return keras.Model(inputs, layer(inputs))
+
+    layer_group = "layers/depthwise_primary_capsule"  # Keras names a layer's weights by its class
+    x = np.random.default_rng(2).normal(size=(2, 6, 7, 4)).astype("float32")
+    source = model()
+    source.layers[-1].bias.assign(np.arange(4, dtype="float32"))
+    path = str(tmp_path / "primary.weights.h5")
+    source.save_weights(path)
+    with h5py.File(path, "r") as f:
+        group = f[f"{layer_group}/vars"]
+        stored = {name: group[name].shape for name in group}
+        assert "conv" not in f[layer_group]
+    assert stored == {"0": (3, 2, 4, 1), "1": (4,)}
+    target = model()
+    target.load_weights(path)
+    np.testing.assert_array_equal(ops.convert_to_numpy(target(x)), ops.convert_to_numpy(source(x)))
+
+
+def test_config_keeps_its_arguments():
+    layer = DepthwisePrimaryCapsule(2, 3, kernel_size=4, strides=(1, 2), name="primary")
+    config = layer.get_config()
+    assert {key: config[key] for key in ("capsule_types", "capsule_dim", "kernel_size")} == {
+        "capsule_types": 2,
+        "capsule_dim": 3,
+        "kernel_size": (4, 4),
+    }
+    assert config["strides"] == (1, 2) and "padding" not in config
+    assert DepthwisePrimaryCapsule.from_config(config).get_config() == config

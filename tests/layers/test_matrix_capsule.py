@@ -3,6 +3,7 @@ import pytest
 from keras import ops
 
 from keras_capsules.layers import MatrixCapsule
+from keras_capsules.routing import EMSettings
 from tests import _references as ref
 from tests._layer_testing import run_layer_test
 from tests.conftest import gradient
@@ -190,3 +191,25 @@ def test_bad_arguments_and_shapes():
         MatrixCapsule(2).build([(None, None, None, 2, 16), (None, None, None, 2)])
     with pytest.raises(ValueError, match="kernel"):
         MatrixCapsule(2, kernel_size=3).build([(None, 2, 2, 2, 16), (None, 2, 2, 2)])
+
+
+def test_em_settings_are_held_as_given_and_written_as_arguments():
+    settings = EMSettings(iterations=2, inverse_temperature=0.05, tempering=[0.3])
+    layer = MatrixCapsule(2, em_settings=settings, normalization="positions", name="caps")
+    assert layer.settings is settings
+    same = MatrixCapsule(
+        2,
+        iterations=2,
+        inverse_temperature=0.05,
+        tempering=[0.3],
+        normalization="positions",
+        name="caps",
+    )
+    assert layer.get_config() == same.get_config()
+    assert "em_settings" not in layer.get_config()
+    assert MatrixCapsule.from_config(layer.get_config()).settings == settings
+    # The settings come as one value or as arguments, not both.
+    with pytest.raises(ValueError, match=r"set `iterations`, `tempering` in it.*iterations=4"):
+        MatrixCapsule(2, em_settings=settings, iterations=4, tempering=0.5)
+    with pytest.raises(ValueError, match="must be a keras_capsules.routing.EMSettings"):
+        MatrixCapsule(2, em_settings=settings.get_config())

@@ -3,13 +3,13 @@ import pytest
 from keras import ops
 
 from keras_capsules import routing
+from keras_capsules._em_route import EM_EPSILON
+from keras_capsules._em_route import em_route
+from keras_capsules._positions import convolution_sites
+from keras_capsules._positions import normalize_over_outputs
+from keras_capsules._positions import normalize_over_positions
+from keras_capsules.routing import EMSettings
 from keras_capsules.routing import inverse_temperatures
-from keras_capsules.routing._em_route import EM_EPSILON
-from keras_capsules.routing._em_route import em_route
-from keras_capsules.routing._em_settings import EMSettings
-from keras_capsules.routing._positions import convolution_sites
-from keras_capsules.routing._positions import normalize_over_outputs
-from keras_capsules.routing._positions import normalize_over_positions
 from tests import _references as ref
 from tests.conftest import BACKEND
 from tests.conftest import gradient

@@ -1,6 +1,12 @@
-"""What every routing function takes and returns, and the contractions they are made of."""
+"""What every routing function takes and returns, and the contractions they are made of.
+
+The routing functions (`keras_capsules.routing`) and the routing layers
+(`keras_capsules.layers`) share them.
+"""
 
 from keras import ops
+
+from keras_capsules.ops import exponential_squash
 
 LAYOUT = "(batch, num_outputs, num_inputs, dim)"
 """The votes' layout: each parent's votes from every child, next to the pose entries."""
@@ -37,3 +43,15 @@ def contract_pose(x, coefficients):  # sum_h x[..., j, i, h] coefficients[..., j
     # the product, and oneDNN runs it faster than a product with a column.
     row = ops.expand_dims(coefficients, -2)
     return ops.squeeze(ops.matmul(row, ops.swapaxes(x, -1, -2)), -2)
+
+
+def self_attention_parents(coupling, bias, votes):
+    """`(v, c + bias)`: the parents `v_j = exponential_squash(sum_i (c + bias)[j, i] votes[j, i])`.
+
+    The last step of self-attention routing, for any coupling `c` laid out
+    `(batch, num_outputs, num_inputs)` (`SelfAttentionCapsule` also gives it
+    the uniform one); `bias` of shape `(num_outputs, num_inputs)` or `None`.
+    """
+    if bias is not None:
+        coupling = coupling + ops.cast(bias, ops.dtype(coupling))
+    return exponential_squash(contract_inputs(coupling, votes)), coupling

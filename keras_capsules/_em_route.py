@@ -6,9 +6,9 @@ from keras_capsules._autodiff import recompute_gradient
 from keras_capsules._autodiff import supports_recompute_gradient
 from keras_capsules._autodiff import vjp
 from keras_capsules._autodiff import with_gradient
+from keras_capsules._contract import contract_inputs
+from keras_capsules._contract import contract_pose
 from keras_capsules._validation import check_gradient_method
-from keras_capsules.routing._contract import contract_inputs
-from keras_capsules.routing._contract import contract_pose
 
 EM_EPSILON = 1e-7
 """Added to the summed responsibilities `sum_i R[i, j] a[i]` before dividing by them."""
