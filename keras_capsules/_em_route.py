@@ -14,8 +14,14 @@ EM_EPSILON = 1e-7
 """Added to the summed responsibilities `sum_i R[i, j] a[i]` before dividing by them."""
 
 _LOG_2PI = 1.8378770664093453
-_TINY = 2.0**-126  # float32's smallest normal number
 _LARGEST_FLOAT32 = 3.4028234663852886e38
+_VARIANCE_FLOOR = 2.0**-56
+"""The least variance routing uses, in the units of the votes it routes (at most 2^16).
+
+Squared distances over it stay below 2^95, so the E-step's logits stay finite
+and above the padding of `normalize_over_positions` (-1e30). It is 2^-88 of the
+largest squared vote, far below what float32 resolves among votes of that size.
+"""
 
 
 def em_route(
@@ -88,15 +94,11 @@ def em_route(
     beta_v = ops.cast(beta_v, "float32")
     beta_a = ops.cast(beta_a, "float32")
     # Routing is shift-equivariant: votes moved by c move the means by c and leave
-    # everything else as it is. Centring each parent's votes on their plain mean
-    # keeps the expanded squares below (V^2 - 2 V mu + mu^2) free of cancellation
-    # when votes are large or share an offset. The reference is a constant for
-    # differentiation, which is exact because the result does not depend on it.
-    if reference is None:
-        reference = ops.mean(votes, axis=-2, keepdims=True)
-    else:
-        reference = ops.expand_dims(ops.cast(reference, "float32"), -2)
-    reference = ops.stop_gradient(reference)
+    # everything else as it is. Centring each parent's votes on a pose near their
+    # middle keeps the expanded squares below (V^2 - 2 V mu + mu^2) free of
+    # cancellation when votes are large or share an offset. The reference is a
+    # constant for differentiation, which is exact because the result does not
+    # depend on it.
     # Routing is also scale-equivariant, given the variance floor: votes divided
     # by c, with the floor divided by c^2, give the means divided by c, the same
     # responsibilities, and costs short of dim log c per unit of `total`, added
@@ -104,23 +106,40 @@ def em_route(
     # of a child and cancel in its normalisation). Votes beyond 2^16 in an example
     # are divided by the power of two c that brings them under it, so that
     # their squares and sums stay far from float32's overflow; smaller votes are
-    # routed as they are (c = 1).
-    scale = ops.stop_gradient(_vote_scale(votes, reference, vote_bound))
+    # routed as they are (c = 1). The reference is formed after the division, so
+    # that the mean of votes near float32's largest number does not overflow.
+    if vote_bound is None:
+        vote_bound = largest_magnitude(votes)
+    vote_bound = ops.cast(vote_bound, "float32")
+    # The mean of the votes is no larger than the largest of them.
+    reference_bound = vote_bound if reference is None else largest_magnitude(reference)
+    scale = ops.stop_gradient(_vote_scale(vote_bound + reference_bound, len(votes.shape)))
+
+    def centred(votes, reference):
+        if reference is None:
+            reference = ops.mean(votes, axis=-2, keepdims=True)
+        else:
+            reference = ops.expand_dims(ops.cast(reference, "float32"), -2)
+        reference = ops.stop_gradient(reference)
+        return votes - reference, reference
+
     # Only a batch with such votes pays for the division, forward and backward:
-    # the other branch is the subtraction alone. Divided first: the division waits
-    # for the scale, by then the votes' last use, so that it can write over them in
-    # place instead of allocating a tensor of their size (c is a power of two, so
-    # both orders give the same result).
-    votes = ops.cond(
+    # the other branch is the centring alone. Divided first, then centred: c is a
+    # power of two, so both orders give the same result, and the mean of the
+    # divided votes cannot overflow.
+    votes, reference = ops.cond(
         ops.any(scale > 1.0),
-        lambda: votes / scale - reference / scale,
-        lambda: votes - reference,
+        lambda: centred(votes / scale, None if reference is None else reference / scale[..., 0]),
+        lambda: centred(votes, reference),
     )
-    reference = reference[..., 0, :]  # (batch, sites, outputs, 16)
+    reference = reference[..., 0, :]  # (batch, sites, outputs, 16), divided by c
     log_scale = ops.reshape(ops.log(scale), (-1, 1, 1))
     beta_v = beta_v + log_scale  # (batch, 1, outputs)
-    # The floor divided by c^2, kept a normal float32 where c is beyond about 2^56.
-    variance_epsilon = ops.maximum(settings.variance_epsilon / ops.square(scale[..., 0]), _TINY)
+    # The floor divided by c^2 (twice by c: c^2 overflows beyond c = 2^64), and
+    # kept at least _VARIANCE_FLOOR.
+    variance_epsilon = ops.maximum(
+        settings.variance_epsilon / scale[..., 0] / scale[..., 0], _VARIANCE_FLOOR
+    )
     iterations = settings.iterations
     settings = {
         "schedule": settings.inverse_temperatures(),
@@ -135,18 +154,18 @@ def em_route(
         mean, acts, resp = _em_iterations(
             moments, deviations, activations, beta_v, beta_a, **settings
         )
-        return mean * scale[..., 0] + reference, acts, resp
+        return _poses(mean, reference, scale), acts, resp
     route = recompute_gradient(
         lambda *args: _structured_forward(*args, settings),
         lambda args, saved, upstream: _structured_backward(args, saved, upstream, settings),
     )
     outputs = route(votes, activations, beta_v, beta_a)
-    poses = outputs[0] * scale[..., 0] + reference
+    poses = _poses(outputs[0], reference, scale)
     return poses, outputs[1], (outputs[2] if iterations > 1 else None)
 
 
 _LARGEST_ROUTED = 16
-"""Votes are routed as they are up to 2^16 from their mean, scaled down beyond."""
+"""Votes are routed as they are while they and their mean stay under 2^16, divided beyond."""
 
 
 def largest_magnitude(x):
@@ -159,20 +178,28 @@ def largest_magnitude(x):
     return ops.maximum(ops.max(x, axis=axes, initial=0.0), -ops.min(x, axis=axes, initial=0.0))
 
 
-def _vote_scale(votes, reference, vote_bound=None):
-    """Per example, the power of two c >= 1 that brings `|votes - reference|` under 2^16.
+def _vote_scale(bound, rank):
+    """Per example, the power of two c >= 1 that brings `bound`, `(batch,)`, under 2^16.
 
-    `(batch, 1, 1, 1, 1)`. The bound `max |votes| + max |reference|` spares a
-    pass over the centred votes; zero votes give c = 1. `vote_bound`, `(batch,)`,
-    stands in for `max |votes|`. A bound beyond float32's range counts as its
-    largest number, whose c still brings float32 votes under 2^17.
+    Shaped `(batch,) + (1,) * (rank - 1)`. A bound beyond float32's range
+    counts as its largest number, whose c still brings float32 votes under
+    2^17; a zero bound gives c = 1.
     """
-    if vote_bound is None:
-        vote_bound = largest_magnitude(votes)
-    vote_bound = ops.cast(vote_bound, "float32")
-    bound = ops.minimum(vote_bound + largest_magnitude(reference), _LARGEST_FLOAT32)
+    bound = ops.minimum(bound, _LARGEST_FLOAT32)
     exponent = ops.maximum(ops.ceil(ops.log2(bound)) - _LARGEST_ROUTED, 0.0)
-    return ops.reshape(ops.power(2.0, exponent), (-1,) + (1,) * (len(votes.shape) - 1))
+    return ops.reshape(ops.power(2.0, exponent), (-1,) + (1,) * (rank - 1))
+
+
+def _poses(mean, reference, scale):
+    """The means of votes divided by c, centred on `reference` (divided by c), as poses.
+
+    The mean and the reference are added before multiplying by c: their sum is
+    a weighted mean of the votes, no larger than they are, where each part can
+    be twice that. The clip keeps a rounding up beyond float32's largest number
+    finite.
+    """
+    poses = (mean + reference) * scale[..., 0]
+    return ops.clip(poses, -_LARGEST_FLOAT32, _LARGEST_FLOAT32)
 
 
 def _em_iterations(

@@ -59,7 +59,11 @@ def em_routing(
     per-parent tensors: no tensor of the votes' size is created per iteration.
     The votes are first centred on each parent's plain mean (and the poses
     moved back), so the expansion keeps its precision for large votes and
-    votes that share an offset: routing is shift-equivariant. On TensorFlow
+    votes that share an offset: routing is shift-equivariant. An example's
+    votes beyond 2^16 are divided by a power of two `c` first, with the floor
+    divided by `c^2` (kept at least 2^-56) and `16 log c` added to the costs,
+    so that votes up to float32's largest number route without overflow:
+    routing is scale-equivariant too. On TensorFlow
     and JAX the votes' gradient is formed as one batched product (the Routing
     guide explains it), so training keeps no per-iteration tensor of the
     votes' size either. Routing computes in float32 for float16 /

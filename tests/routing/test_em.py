@@ -191,6 +191,98 @@ def test_huge_votes_stay_finite_and_match_a_float64_reference():
         assert np.all(np.isfinite(gradient(routed, huge))), scale
 
 
+LARGEST_FLOAT32 = float(np.finfo("float32").max)
+
+
+@pytest.mark.parametrize(
+    "largest, offset",
+    [
+        (1e38, 0.0),
+        (LARGEST_FLOAT32 / 4, 0.0),
+        (LARGEST_FLOAT32, 0.0),
+        # Normal float32 numbers (CPU kernels flush the subnormal ones, below 1.2e-38, to
+        # zero), whose squares are not; the floor (1e-4) makes every parent as likely.
+        (1e-33, 0.0),
+        (1e37, LARGEST_FLOAT32 / 2),  # votes that share an offset near float32's largest
+    ],
+)
+def test_votes_across_float32s_range_route_as_ordinary_votes_scaled(largest, offset):
+    """Routing is scale- and shift-equivariant; float32 routing holds it to the extremes.
+
+    Votes `offset + c V` with `beta_v` route as `V` with `beta_v + log c` and
+    the floor divided by c^2 (the costs shift by `dim log c` per unit of
+    responsibility, the E-step's log-densities by the same for every parent):
+    the poses are `offset + c` times the reference's, the activations and
+    responsibilities the same. Huge votes come with `beta_v - log c`, so that
+    the reference routes ordinary votes with ordinary costs. The sums of such
+    votes and the squares of their deviations lie beyond float32's range, the
+    squares of tiny ones below it.
+    """
+    votes, activations, beta_v, beta_a = _routing_problem(14, 2, 32, 5)
+    c = largest / float(np.abs(votes).max())
+    routed = (offset + c * votes.astype("float64")).astype("float32")
+    assert np.all(np.isfinite(routed))
+    # The float32 votes, back in the reference's units.
+    ordinary = (routed.astype("float64") - offset) / c
+    routed_beta_v = (beta_v - np.log(c) if c > 1 else beta_v).astype("float32")
+    ref_poses, ref_acts, ref_resp = ref.em_routing_fully_connected(
+        ordinary, activations, routed_beta_v + np.log(c), beta_a, 3, 0.1, 1e-4 / c**2, [0.1, 0.1]
+    )
+    poses, acts, resp = (
+        ops.convert_to_numpy(x)
+        for x in em_routing(
+            routed,
+            activations,
+            routed_beta_v,
+            beta_a,
+            3,
+            inverse_temperature=0.1,
+            return_coupling=True,
+        )
+    )
+    assert np.all(np.isfinite(poses)) and np.all(np.isfinite(acts)) and np.all(np.isfinite(resp))
+    np.testing.assert_allclose((poses.astype("float64") - offset) / c, ref_poses, atol=2e-4)
+    np.testing.assert_allclose(acts, ref_acts, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(resp, ref_resp, rtol=2e-4, atol=2e-5)
+
+    def loss(v):
+        p, a = em_routing(v, activations, routed_beta_v, beta_a, 3)
+        return ops.sum(p / np.float32(max(largest, offset)), axis=-1) + a
+
+    assert np.all(np.isfinite(gradient(loss, routed)))
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e20, 1e37])
+@pytest.mark.parametrize("iterations, tempering", [(3, 1.0), (2, 0.1)])
+def test_active_children_that_agree_exactly_among_huge_inactive_ones(scale, iterations, tempering):
+    """Every parent's variance at its floor, and children far beyond it, stay finite.
+
+    The active children vote alike, so each parent's variance is its floor;
+    the inactive ones (activation 0, as a saturated layer gives) vote far off,
+    their squared distances over that floor beyond float32's range at large
+    scales. Each parent that holds responsibility sits on the common vote.
+    """
+    rng = np.random.default_rng(15)
+    votes = rng.normal(size=(2, 32, 3, 16))
+    votes[:, :16] = votes[:, :1]
+    activations = np.concatenate([rng.uniform(0.2, 1, (2, 16)), np.zeros((2, 16))], axis=1)
+    activations = activations.astype("float32")
+    votes = (scale * votes).astype("float32")
+    zeros = np.zeros(3, "float32")
+    poses, acts, resp = (
+        ops.convert_to_numpy(x)
+        for x in em_routing(
+            votes, activations, zeros, zeros, iterations, tempering=tempering, return_coupling=True
+        )
+    )
+    assert np.all(np.isfinite(poses)) and np.all(np.isfinite(acts)) and np.all(np.isfinite(resp))
+    assert np.all((acts >= 0) & (acts <= 1))
+    np.testing.assert_allclose(resp.sum(-1), 1.0, atol=1e-5)
+    held = np.einsum("bij,bi->bj", resp, activations) > 0.1  # what the last M-step weighs
+    assert held.any()
+    np.testing.assert_allclose(poses[held] / scale, votes[:, 0][held] / scale, atol=1e-5)
+
+
 @pytest.mark.skipif(BACKEND == "torch", reason="a compiled step: tf.function or jax.jit")
 def test_compiled_routing_of_ordinary_and_huge_votes_matches_eager():
     """Both ways a compiled step takes: votes routed as they are, or divided first."""

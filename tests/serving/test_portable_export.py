@@ -20,6 +20,7 @@ from keras_capsules import routing
 from keras_capsules._autodiff import inference_only
 from keras_capsules.serving import export_litert
 from keras_capsules.serving import export_onnx
+from keras_capsules.serving.portable import VERIFY_TOLERANCE
 from tests.conftest import BACKEND
 
 requires_tensorflow = pytest.mark.skipif(
@@ -34,6 +35,10 @@ MODELS = {
     # Inputs standardised, as the smallNORB configuration takes them (rescale=None).
     "matrix_capsnet_norb": lambda: applications.MatrixCapsNet(
         A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3, rescale=None
+    ),
+    # Pixel values, as the em_capsnet_mnist preset takes them (rescale=1/255).
+    "matrix_capsnet_mnist": lambda: applications.MatrixCapsNet(
+        A=8, B=2, C=3, D=2, iterations=2, input_shape=(28, 28, 1), num_classes=10
     ),
     "efficient_capsnet": lambda: applications.EfficientCapsNet(
         conv_filters=(8, 8, 8, 32), primary_capsule_types=4, capsule_dim=8, decoder_units=(32,)
@@ -159,6 +164,28 @@ def test_huge_inputs_get_finite_answers_as_in_keras(exported):
     served = run(path, x)
     assert np.all(np.isfinite(scores)) and np.all(np.isfinite(served["probabilities"]))
     np.testing.assert_allclose(served["probabilities"], scores, atol=1e-4)
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("gain", [1e23, 1e24])
+def test_larger_inputs_get_finite_answers_and_the_classes_of_keras(exported, gain):
+    """Up to 1e24 the answers stay finite and within the tolerance the export holds them to.
+
+    EM routing turns such inputs into saturated capsules, whose answers
+    amplify the runtimes' different rounding (to 2e-4); the classes must agree
+    wherever Keras's top two probabilities are further apart than twice that
+    tolerance.
+    """
+    model, path, run = exported
+    x = model_images(model, 3) * np.float32(gain)
+    outputs = model(x, training=False)
+    scores = keras.ops.convert_to_numpy(outputs.get("probabilities", outputs.get("activations")))
+    served = run(path, x)
+    assert np.all(np.isfinite(scores)) and np.all(np.isfinite(served["probabilities"]))
+    np.testing.assert_allclose(served["probabilities"], scores, atol=VERIFY_TOLERANCE)
+    top_two = np.sort(scores, axis=-1)[:, -2:]
+    clear = top_two[:, 1] - top_two[:, 0] > 2 * VERIFY_TOLERANCE
+    np.testing.assert_array_equal(served["classes"][clear], scores.argmax(-1)[clear])
 
 
 @requires_tensorflow
