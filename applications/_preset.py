@@ -210,7 +210,8 @@ def preset_metadata(preset):
 
     >>> import applications
     >>> metadata = applications.preset_metadata("capsnet_mnist")
-    >>> metadata["data"]["name"], metadata["class_name"]
+    >>> data = metadata["data"]
+    >>> data["name"], metadata["class_name"]
     ('mnist', 'CapsNet')
     """
     return read_metadata(preset_folder(preset))

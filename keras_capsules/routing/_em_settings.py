@@ -105,8 +105,8 @@ class EMSettings:
     >>> class_caps = ClassMatrixCapsule(5, em_settings=settings)
     >>> conv_caps.settings is class_caps.settings is settings
     True
-    >>> settings.get_config()["tempering"]
-    [0.5]
+    >>> settings.get_config()["tempering"] == [0.5]
+    True
     >>> EMSettings(iterations=0)
     Traceback (most recent call last):
     ...
