@@ -57,12 +57,14 @@ _EFFICIENT = {
     "seed": 0,
 }
 RECIPES = {
+    # CapsNet-Keras's schedule (Adam from 1e-3 decayed by 0.9 per epoch) for 30
+    # of its 50 epochs: by then the learning rate is 4% of its start.
     "capsnet_mnist": {
         "model": "CapsNet",
         "data": "mnist",
         "batch_size": 100,
-        "epochs": 15,
-        "arguments": {"learning_rate": 1e-3, "decay_rate": 0.85},
+        "epochs": 30,
+        "arguments": {"learning_rate": 1e-3, "decay_rate": 0.9},
         "decay_every_epoch": True,
         "augment": "shift",
         "seed": 0,
