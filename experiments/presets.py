@@ -22,6 +22,11 @@ the preset again without training.
     python experiments/presets.py capsnet_mnist --minutes 90
     python experiments/presets.py --list
 
+`--seed N` trains the recipe with another seed, in `--runs-dir/NAME-seedN`,
+and writes its preset there (`preset/`) unless `--output` says where. The
+script needs no TensorFlow: with `KERAS_BACKEND=jax` or `torch` it trains on
+whatever accelerator that backend finds, and records it with the machine.
+
 Smoke test (a few hundred images, written outside the package):
 
     python experiments/presets.py capsnet_mnist --smoke --runs-dir /tmp/kc-smoke \\
@@ -131,6 +136,12 @@ def parse_args(argv=None):
         help="training steps per call of the compiled step (1)",
     )
     parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="train with this seed instead of the recipe's, in NAME-seedN",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="600 training and 500 test images, 2 epochs"
     )
     args = parser.parse_args(argv)
@@ -139,12 +150,23 @@ def parse_args(argv=None):
     return args
 
 
-def recipe_for(name, smoke=False):
+def recipe_for(name, smoke=False, seed=None):
     recipe = copy.deepcopy(RECIPES[name])
     recipe["name"] = name
+    if seed is not None:
+        if seed < 0:
+            raise SystemExit(f"--seed must be a non-negative integer. Received: {seed}")
+        recipe["seed"] = seed
     if smoke:
         recipe.update(epochs=2, train_size=600, test_size=500)
     return recipe
+
+
+def _run_name(recipe):
+    """The run's folder name: the preset's, with `-seedN` for a seed not the recipe's own."""
+    if recipe["seed"] == RECIPES[recipe["name"]]["seed"]:
+        return recipe["name"]
+    return f"{recipe['name']}-seed{recipe['seed']}"
 
 
 def _load(recipe):
@@ -191,16 +213,27 @@ def _with_class_names(model, recipe):
     return named
 
 
+def _shifted(images, max_shift, rng):
+    """Each image moved by up to `max_shift` pixels down or up, and right or left, zero padded."""
+    count, height, width = images.shape
+    padded = np.pad(images, ((0, 0), (max_shift, max_shift), (max_shift, max_shift)))
+    starts = rng.integers(0, 2 * max_shift + 1, size=(count, 2))
+    rows = starts[:, :1] + np.arange(height)
+    columns = starts[:, 1:] + np.arange(width)
+    picked = np.take_along_axis(padded, rows[:, :, None], axis=1)
+    return np.take_along_axis(picked, columns[:, None, :], axis=2)
+
+
 def _epoch_data(recipe, x, y, epoch):
-    """The training data of one epoch: a tf.data pipeline or augmented NumPy arrays."""
+    """One epoch's augmented training images, float32 `(n, 28, 28, 1)` in [0, 255]."""
     seed = recipe["seed"] * 1000 + epoch
     if recipe["augment"] == "shift":
-        from keras_capsules.datasets import mnist
-
-        return mnist.training_pipeline(x, y, batch_size=recipe["batch_size"], seed=seed), None
+        # The paper's shifts of up to 2 pixels, in NumPy so that every backend
+        # trains on the same images without TensorFlow.
+        return _shifted(x, 2, np.random.default_rng(seed)).astype("float32")[..., None]
     from efficient_capsnet import _augment_in_chunks
 
-    return _augment_in_chunks(x.astype("float32"), seed=seed)[..., None], y
+    return _augment_in_chunks(x.astype("float32"), seed=seed)[..., None]
 
 
 def _data_files(recipe):
@@ -208,6 +241,29 @@ def _data_files(recipe):
     from keras_capsules import datasets
 
     return dict(sorted(getattr(datasets, recipe["data"]).FILES.items()))
+
+
+def _accelerator():
+    """The name of the first GPU the backend trains on, or None."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        devices = [device for device in jax.devices() if device.platform != "cpu"]
+        return devices[0].device_kind if devices else None
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:
+            return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+    return None
 
 
 def _machine():
@@ -221,12 +277,16 @@ def _machine():
         (line.split(":", 1)[1].strip() for line in flags.splitlines() if "model name" in line),
         platform.processor(),
     )
-    return {
+    machine = {
         "cpu": model,
         "cores": os.cpu_count(),
         "avx512": " avx512f" in flags,
         "system": platform.platform(),
     }
+    accelerator = _accelerator()
+    if accelerator:
+        machine["accelerator"] = accelerator
+    return machine
 
 
 def _machines(progress):
@@ -258,7 +318,7 @@ def _write_json(path, value):
 
 def _open_run(args, recipe):
     """The run folder's progress; refuses a folder that holds another recipe."""
-    folder = os.path.join(args.runs_dir, recipe["name"])
+    folder = os.path.join(args.runs_dir, _run_name(recipe))
     if args.fresh:
         shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder, exist_ok=True)
@@ -310,15 +370,15 @@ def train(args, recipe, folder, progress):
         if last is not None and elapsed + 1.1 * last > budget:
             log(f"stopping before epoch {epoch + 1}: {elapsed:.0f} s of {budget:.0f} s used")
             break
-        data, labels = _epoch_data(recipe, x, y, epoch)
+        images = _epoch_data(recipe, x, y, epoch)
         began = time.perf_counter()
         logs = model.fit(
-            data,
-            labels,
-            batch_size=None if labels is None else recipe["batch_size"],
+            images,
+            y,
+            batch_size=recipe["batch_size"],
             epochs=epoch + 1,
             initial_epoch=epoch,
-            shuffle=labels is not None,
+            shuffle=True,
             verbose=verbose,
         ).history
         seconds = time.perf_counter() - began
@@ -365,6 +425,8 @@ def write_preset(args, recipe, model, progress):
         variable.assign(value)
     stored = "float16" if abs(float16 - float32) * 100 <= args.float16_tolerance else "float32"
     command = "python experiments/presets.py " + recipe["name"]
+    if args.seed is not None:
+        command += f" --seed {recipe['seed']}"
     if args.smoke:
         command += " --smoke"
     metadata = {
@@ -417,8 +479,10 @@ def main(argv=None):
     if args.list:
         print(json.dumps(RECIPES, indent=2))
         return None
-    recipe = recipe_for(args.name, smoke=args.smoke)
+    recipe = recipe_for(args.name, smoke=args.smoke, seed=args.seed)
     folder, progress = _open_run(args, recipe)
+    if args.output is None and _run_name(recipe) != recipe["name"]:
+        args.output = os.path.join(folder, "preset")
     model, progress = train(args, recipe, folder, progress)
     result = {
         "preset": recipe["name"],

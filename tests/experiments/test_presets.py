@@ -1,5 +1,6 @@
 """`experiments/presets.py`: a smoke run split over two starts, then its preset."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +16,16 @@ _SCRIPT = os.path.join(
     "experiments",
     "presets.py",
 )
+
+
+@pytest.fixture
+def presets(monkeypatch):
+    """The script as a module (its folder on `sys.path`, for `_training`)."""
+    monkeypatch.syspath_prepend(os.path.dirname(_SCRIPT))
+    spec = importlib.util.spec_from_file_location("_presets_script", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _run(*args):
@@ -65,3 +76,38 @@ def test_refuses_a_run_folder_of_another_recipe(tmp_path):
     assert refused.returncode != 0
     assert "holds a run of another recipe" in refused.stderr
     assert "--fresh" in refused.stderr
+
+
+def test_shifts_move_each_image_by_up_to_two_pixels(presets):
+    rng = np.random.default_rng(0)
+    images = np.zeros((200, 12, 10), np.uint8)
+    images[:, 2:-2, 2:-2] = rng.integers(1, 256, (200, 8, 6))
+    shifted = presets._shifted(images, 2, np.random.default_rng(7))
+    assert shifted.shape == images.shape and shifted.dtype == np.uint8
+
+    # Reference: the same draws, each image copied to its place on a zero canvas.
+    starts = np.random.default_rng(7).integers(0, 5, size=(200, 2))
+    seen = set()
+    for image, moved, (row, column) in zip(images, shifted, starts):
+        down, right = 2 - row, 2 - column
+        expected = np.zeros_like(image)
+        expected[2 + down : 10 + down, 2 + right : 8 + right] = image[2:-2, 2:-2]
+        np.testing.assert_array_equal(moved, expected)
+        seen.add((down, right))
+    assert seen == {(a, b) for a in range(-2, 3) for b in range(-2, 3)}
+
+
+def test_another_seed_trains_in_its_own_folder(presets, tmp_path):
+    assert presets.recipe_for("capsnet_mnist")["seed"] == 0
+    assert presets._run_name(presets.recipe_for("capsnet_mnist")) == "capsnet_mnist"
+    recipe = presets.recipe_for("capsnet_mnist", seed=2)
+    assert recipe["seed"] == 2 and recipe["name"] == "capsnet_mnist"
+    assert presets._run_name(recipe) == "capsnet_mnist-seed2"
+    with pytest.raises(SystemExit, match="--seed"):
+        presets.recipe_for("capsnet_mnist", seed=-1)
+
+    args = presets.parse_args(["capsnet_mnist", "--seed", "2", "--runs-dir", str(tmp_path)])
+    folder, progress = presets._open_run(args, recipe)
+    assert folder == str(tmp_path / "capsnet_mnist-seed2") and progress["epochs_done"] == 0
+    with open(os.path.join(folder, "recipe.json")) as f:
+        assert json.load(f)["seed"] == 2
