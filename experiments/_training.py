@@ -85,5 +85,12 @@ def device():
     elif keras.backend.backend() == "jax":
         import jax
 
-        return str(jax.devices()[0])
+        gpus = [each for each in jax.devices() if each.platform != "cpu"]
+        if gpus:
+            return gpus[0].device_kind
+    elif keras.backend.backend() == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
     return "cpu"

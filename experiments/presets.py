@@ -46,6 +46,7 @@ import tempfile
 import time
 
 import numpy as np
+from _training import device
 from _training import log
 
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -224,7 +225,7 @@ def _shifted(images, max_shift, rng):
     return np.take_along_axis(picked, columns[:, None, :], axis=2)
 
 
-def _epoch_data(recipe, x, y, epoch):
+def _epoch_data(recipe, x, epoch):
     """One epoch's augmented training images, float32 `(n, 28, 28, 1)` in [0, 255]."""
     seed = recipe["seed"] * 1000 + epoch
     if recipe["augment"] == "shift":
@@ -241,29 +242,6 @@ def _data_files(recipe):
     from keras_capsules import datasets
 
     return dict(sorted(getattr(datasets, recipe["data"]).FILES.items()))
-
-
-def _accelerator():
-    """The name of the first GPU the backend trains on, or None."""
-    import keras
-
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        devices = [device for device in jax.devices() if device.platform != "cpu"]
-        return devices[0].device_kind if devices else None
-    if backend == "torch":
-        import torch
-
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
-        if gpus:
-            return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-    return None
 
 
 def _machine():
@@ -283,8 +261,8 @@ def _machine():
         "avx512": " avx512f" in flags,
         "system": platform.platform(),
     }
-    accelerator = _accelerator()
-    if accelerator:
+    accelerator = device()
+    if accelerator != "cpu":
         machine["accelerator"] = accelerator
     return machine
 
@@ -370,7 +348,7 @@ def train(args, recipe, folder, progress):
         if last is not None and elapsed + 1.1 * last > budget:
             log(f"stopping before epoch {epoch + 1}: {elapsed:.0f} s of {budget:.0f} s used")
             break
-        images = _epoch_data(recipe, x, y, epoch)
+        images = _epoch_data(recipe, x, epoch)
         began = time.perf_counter()
         logs = model.fit(
             images,
