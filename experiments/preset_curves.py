@@ -73,7 +73,7 @@ def draw(name, shipped, running, path):
     left.set_ylim(low - 0.1 * (top - low + 0.1), top + 0.15 * (top - low + 0.1))
     left.set_xlabel("epoch")
     left.set_ylabel("test accuracy (%)")
-    left.legend(fontsize=7, loc="lower right")
+    left.legend(fontsize=7, loc="best")
     margins = _series(shipped, "spread_margin")[1]
     right.set_title(
         f"training loss (spread margin raised {margins[0]:.2f} to {margins[-1]:.2f})"
