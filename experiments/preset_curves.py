@@ -4,7 +4,8 @@ One PNG per preset in `--output` (`docs/images/presets/NAME.png`): the test
 accuracy on the full test set after every epoch, beside the paper's number
 where the paper gives one, and the training loss. With `--runs-dir`, a run of
 `experiments/presets.py` that is still going (its `progress.json`) is drawn
-beside the shipped preset, labelled with the epochs it has done. Reads only
+beside the shipped preset, labelled with the epochs it has done; a finished run
+is the shipped preset itself and is not drawn twice. Reads only
 JSON: no model is built.
 
     python experiments/preset_curves.py
@@ -38,6 +39,21 @@ def parse_args(argv=None):
 def _history(path):
     with open(path) as f:
         return json.load(f).get("history") or []
+
+
+def _unfinished_run(runs_dir, name):
+    """The history of the run of `name` in `runs_dir` while it has epochs to go, else []."""
+    folder = os.path.join(os.path.expanduser(runs_dir), name)
+    progress = os.path.join(folder, "progress.json")
+    if not os.path.isfile(progress):
+        return []
+    with open(progress) as f:
+        state = json.load(f)
+    with open(os.path.join(folder, "recipe.json")) as f:
+        epochs = json.load(f)["epochs"]
+    if state.get("epochs_done", 0) >= epochs:
+        return []
+    return state.get("history") or []
 
 
 def _series(history, key, scale=1.0):
@@ -98,11 +114,7 @@ def main(argv=None):
         metadata = os.path.join(args.presets_dir, name, "metadata.json")
         if not os.path.isfile(metadata):
             continue
-        running = []
-        if args.runs_dir:
-            progress = os.path.join(os.path.expanduser(args.runs_dir), name, "progress.json")
-            if os.path.isfile(progress):
-                running = _history(progress)
+        running = _unfinished_run(args.runs_dir, name) if args.runs_dir else []
         path = os.path.join(args.output, f"{name}.png")
         draw(name, _history(metadata), running, path)
         written.append(path)
