@@ -89,11 +89,14 @@ RECIPES = {
         data="fashion_mnist",
         description="Efficient-CapsNet, self-attention routing",
     ),
+    # The shipped 10 epochs (decay 0.8, ending at 4e-4) settled at 99.19-99.22%
+    # from epoch 8 on; 30 epochs decayed by 0.9 take three times the steps down
+    # to 1.4e-4, and the spread loss's margin ramps over all of them.
     "em_capsnet_mnist": {
         "model": "MatrixCapsNet",
         "data": "mnist",
         "batch_size": 32,
-        "epochs": 10,
+        "epochs": 30,
         "arguments": {
             "A": 64,
             "B": 8,
@@ -104,7 +107,7 @@ RECIPES = {
             "num_classes": 10,
             "rescale": 1.0 / 255.0,
             "learning_rate": 3e-3,
-            "decay_rate": 0.8,
+            "decay_rate": 0.9,
         },
         "decay_every_epoch": True,
         "spread_margin": [0.2, 0.9],
