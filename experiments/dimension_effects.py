@@ -54,7 +54,7 @@ def main(argv=None):
         model, source = load_model(args.model), args.model
     else:
         source = args.preset or "capsnet_mnist"
-        model = applications.CapsNet.from_preset(source)
+        model = applications.PresetMixin.from_preset(source)
     _, (x_test, _) = mnist.load_data()
     log(f"decoding {args.images} test digits x {model.get_config()['capsule_dim']} dimensions")
     changes, moved = dimension_effects(model, x_test[: args.images], args.step)
