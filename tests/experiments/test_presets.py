@@ -111,3 +111,32 @@ def test_another_seed_trains_in_its_own_folder(presets, tmp_path):
     assert folder == str(tmp_path / "capsnet_mnist-seed2") and progress["epochs_done"] == 0
     with open(os.path.join(folder, "recipe.json")) as f:
         assert json.load(f)["seed"] == 2
+
+
+def test_a_recipe_with_a_start_begins_after_its_preset(presets, tmp_path):
+    from applications._preset import sha256
+
+    recipe = presets.recipe_for("em_capsnet_mnist")
+    args = presets.parse_args(["em_capsnet_mnist", "--runs-dir", str(tmp_path)])
+    folder, progress = presets._open_run(args, recipe)
+
+    # The preset the recipe names, as of its commit, counts as the run's first epochs.
+    start = os.path.join(folder, "start")
+    assert sha256(os.path.join(start, "model.weights.h5")) == recipe["start"]["weights_sha256"]
+    with open(os.path.join(start, "metadata.json")) as f:
+        held = json.load(f)
+    assert progress["epochs_done"] == held["epochs"] == progress["start"]["epochs"]
+    assert [r["epoch"] for r in progress["history"]] == list(range(1, held["epochs"] + 1))
+    assert progress["train_seconds"] == held["train_seconds"]
+    assert progress["start"]["recipe"] == held["recipe"]
+    assert 0 < progress["epochs_done"] < recipe["epochs"]
+
+    # Weights that are not the recipe's start are refused, not trained further.
+    held["weights_sha256"] = "0" * 64
+    with open(os.path.join(start, "metadata.json"), "w") as f:
+        json.dump(held, f)
+    with pytest.raises(SystemExit, match="not the recipe's start"):
+        presets._start_preset(recipe, folder)
+
+    # A smoke run trains from scratch.
+    assert "start" not in presets.recipe_for("em_capsnet_mnist", smoke=True)
