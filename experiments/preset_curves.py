@@ -5,7 +5,8 @@ accuracy on the full test set after every epoch, beside the paper's number
 where the paper gives one, and the training loss. With `--runs-dir`, a run of
 `experiments/presets.py` that is still going (its `progress.json`) is drawn
 beside the shipped preset, labelled with the epochs it has done; a finished run
-is the shipped preset itself and is not drawn twice. Reads only
+is the shipped preset itself and is not drawn twice. A preset trained further
+from another (its metadata's `start`) has a line where the training resumed. Reads only
 JSON: no model is built.
 
     python experiments/preset_curves.py
@@ -41,6 +42,12 @@ def _history(path):
         return json.load(f).get("history") or []
 
 
+def _started(path):
+    """The epochs of the preset that the shipped run trained further, or None."""
+    with open(path) as f:
+        return (json.load(f).get("start") or {}).get("epochs")
+
+
 def _unfinished_run(runs_dir, name):
     """The history of the run of `name` in `runs_dir` while it has epochs to go, else []."""
     folder = os.path.join(os.path.expanduser(runs_dir), name)
@@ -61,8 +68,11 @@ def _series(history, key, scale=1.0):
     return [e for e, _ in points], [v for _, v in points]
 
 
-def draw(name, shipped, running, path):
-    """One figure: accuracy and loss against epoch for the shipped run (and one in progress)."""
+def draw(name, shipped, running, path, started=None):
+    """One figure: accuracy and loss against epoch for the shipped run (and one in progress).
+
+    `started`: the epochs of the preset the run trained further, marked by a line.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,6 +87,15 @@ def draw(name, shipped, running, path):
     for label, history, colour in runs:
         left.plot(*_series(history, "test_accuracy", 100), marker=".", color=colour, label=label)
         right.plot(*_series(history, "loss"), marker=".", color=colour, label=label)
+    if started:
+        for axis in (left, right):
+            axis.axvline(
+                started + 0.5,
+                color="grey",
+                linestyle=":",
+                linewidth=1,
+                label=f"trained further after epoch {started}",
+            )
     if name in PAPERS:
         value, source = PAPERS[name]
         left.axhline(value, color="k", linestyle="--", linewidth=1, label=f"paper {value}%")
@@ -116,7 +135,7 @@ def main(argv=None):
             continue
         running = _unfinished_run(args.runs_dir, name) if args.runs_dir else []
         path = os.path.join(args.output, f"{name}.png")
-        draw(name, _history(metadata), running, path)
+        draw(name, _history(metadata), running, path, started=_started(metadata))
         written.append(path)
     print(json.dumps({"figures": written}, indent=2))
 
