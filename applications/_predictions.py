@@ -24,9 +24,12 @@ class CapsulePredictions:
         """
         x = self._prediction_inputs(x)
         if isinstance(x, np.ndarray) and x.ndim and len(x) == 0:
-            # Keras's predict fails on no data; the model answers an empty batch.
-            outputs = self(ops.convert_to_tensor(x.astype("float32")), training=False)
-            return {key: ops.convert_to_numpy(value) for key, value in outputs.items()}
+            # Keras's predict fails on no data, and some convolution kernels on an
+            # empty batch (TensorFlow's oneDNN ones return their input): the
+            # outputs of one blank image, cut to none.
+            blank = ops.convert_to_tensor(np.zeros((1, *x.shape[1:]), "float32"))
+            outputs = self(blank, training=False)
+            return {key: ops.convert_to_numpy(value)[:0] for key, value in outputs.items()}
         return super().predict(
             x,
             batch_size=batch_size,

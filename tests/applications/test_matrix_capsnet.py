@@ -310,7 +310,8 @@ def test_an_empty_batch_gives_empty_outputs():
     empty = np.zeros((0, 20, 20, 2), "float32")
     assert model.predict(empty, verbose=0).shape == (0, 3)
     assert model.predict_poses(empty, verbose=0).shape == (0, 3, 16)
-    outputs = model(empty)
-    assert tuple(outputs["activations"].shape) == (0, 3)
+    outputs = model.predict_outputs(empty, verbose=0)
+    assert {key: value.shape[0] for key, value in outputs.items()} == dict.fromkeys(outputs, 0)
+    assert outputs["activations"].shape == (0, 3)
     x = np.random.default_rng(6).normal(size=(2, 20, 20, 2)).astype("float32")
     assert np.all(np.isfinite(model.predict(x, verbose=0)))  # and the model still answers
