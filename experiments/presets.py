@@ -323,6 +323,7 @@ def _start_preset(recipe, folder):
     the metadata's, and its epochs the recipe's.
     """
     from applications._preset import sha256
+    from keras_capsules._atomic import replacing
 
     start = recipe["start"]
     target = os.path.join(folder, "start")
@@ -332,8 +333,6 @@ def _start_preset(recipe, folder):
         "model.weights.h5": "/".join((*_PRESETS_PACKAGE, recipe["name"], "model.weights.h5")),
     }
     os.makedirs(target, exist_ok=True)
-    from keras_capsules._atomic import replacing
-
     for name, source in sources.items():
         path = os.path.join(target, name)
         if os.path.exists(path):
@@ -402,7 +401,7 @@ def _open_run(args, recipe):
             "train_seconds": held["train_seconds"],
             "history": held["history"],
             "sessions": held["sessions"],
-            "start": {**recipe["start"], "epochs": held["epochs"], "recipe": held["recipe"]},
+            "start": {**recipe["start"], "recipe": held["recipe"]},
         }
     return folder, {"epochs_done": 0, "train_seconds": 0.0, "history": [], "sessions": []}
 
@@ -425,7 +424,8 @@ def train(args, recipe, folder, progress):
     else:
         model = _build(recipe, steps_per_epoch)
     if progress["epochs_done"] == started and started:
-        start_folder, _ = _start_preset(recipe, folder)
+        # _open_run checked the start; from_preset checks its weights file again.
+        start_folder = os.path.join(folder, "start")
         log(f"starting {recipe['name']} after epoch {started} from the preset in {start_folder}")
         held = getattr(applications, recipe["model"]).from_preset(start_folder, compile=False)
         model.set_weights(held.get_weights())
