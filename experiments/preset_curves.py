@@ -37,15 +37,9 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def _history(path):
+def _read(path):
     with open(path) as f:
-        return json.load(f).get("history") or []
-
-
-def _started(path):
-    """The epochs of the preset that the shipped run trained further, or None."""
-    with open(path) as f:
-        return (json.load(f).get("start") or {}).get("epochs")
+        return json.load(f)
 
 
 def _unfinished_run(runs_dir, name):
@@ -135,7 +129,10 @@ def main(argv=None):
             continue
         running = _unfinished_run(args.runs_dir, name) if args.runs_dir else []
         path = os.path.join(args.output, f"{name}.png")
-        draw(name, _history(metadata), running, path, started=_started(metadata))
+        held = _read(metadata)
+        # A preset trained further from another starts after that one's epochs.
+        started = (held.get("start") or {}).get("epochs")
+        draw(name, held.get("history") or [], running, path, started=started)
         written.append(path)
     print(json.dumps({"figures": written}, indent=2))
 
