@@ -13,6 +13,7 @@ from applications.capsnet_multimnist import MultiMNISTAccuracy
 from applications.efficient_capsnet import EfficientCapsNet
 from applications.matrix_capsnet import MatrixCapsNet
 from applications.matrix_capsnet_norb import MatrixCapsNetNORB
+from applications.recipe import Recipe
 
 __all__ = [
     "BackboneCapsNet",
@@ -26,6 +27,7 @@ __all__ = [
     "MatrixCapsNetNORB",
     "MultiMNISTAccuracy",
     "PresetMixin",
+    "Recipe",
     "list_presets",
     "preset_metadata",
 ]

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications._defaults import PortableCompile
-from applications._defaults import default_optimizer
+from applications._defaults import DefaultCompile
+from applications._defaults import own_loss
 from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
 from applications._losses import batch_mean
@@ -22,7 +22,7 @@ from keras_capsules.losses import ReconstructionLoss
 
 class CapsuleClassifier(
     PresetMixin,
-    PortableCompile,
+    DefaultCompile,
     PortableExport,
     CapsulePredictions,
     InputRangeCheck,
@@ -34,8 +34,7 @@ class CapsuleClassifier(
     `(batch, num_classes, capsule_dim)` and hands both to `__init__`, with its
     own config entries (which must hold `input_shape`, `num_classes`,
     `class_names` and `capsule_dim`) and the arguments every such model takes
-    (`rescale`, the decoder, the default compile's learning rate schedule, the
-    policy). This
+    (`rescale`, the decoder, the policy, whether to compile). This
     class adds the class scores as `"probabilities"` (the capsule lengths, or
     the subclass's own `scores` in [0, 1] for capsules whose length is no
     probability), the reconstruction decoder fed the true label's capsule,
@@ -54,9 +53,6 @@ class CapsuleClassifier(
         rescale,
         decoder_units,
         reconstruction_weight,
-        learning_rate,
-        decay_steps,
-        decay_rate,
         compile,
         name,
         scores=None,
@@ -83,9 +79,6 @@ class CapsuleClassifier(
             "class_names": None if config["class_names"] is None else list(config["class_names"]),
             "decoder_units": None if decoder_units is None else tuple(decoder_units),
             "reconstruction_weight": reconstruction_weight,
-            "learning_rate": learning_rate,
-            "decay_steps": decay_steps,
-            "decay_rate": decay_rate,
             "rescale": rescale,
             "dtype": policy.name,
         }
@@ -105,16 +98,12 @@ class CapsuleClassifier(
         self.margin_loss_tracker = keras.metrics.Mean(name=self.margin_loss.name)
         self.reconstruction_loss_tracker = keras.metrics.Mean(name="reconstruction_loss")
         if compile:
-            self.compile(
-                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
-                metrics=self._default_metrics(),
-            )
+            self.compile()
 
     # Training ---------------------------------------------------------------
 
-    def _default_metrics(self):
-        """Metrics of the default compile; subclasses with other targets override it."""
-        return ["accuracy"]
+    def _loss_for_compile(self, loss):
+        return own_loss(self, loss)
 
     def _images(self, x):
         """The reconstruction target: the input images scaled to [0, 1]."""

@@ -2,22 +2,21 @@
 
 import keras
 
-from applications._defaults import PortableCompile
-from applications._defaults import default_optimizer
+from applications._defaults import DefaultCompile
 from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
 from keras_capsules._validation import check_model_arguments
 
 
-class SoftmaxClassifier(PortableCompile, PortableExport, InputRangeCheck, keras.Model):
+class SoftmaxClassifier(DefaultCompile, PortableExport, InputRangeCheck, keras.Model):
     """A functional model from images to class probabilities, trained with cross-entropy.
 
     A subclass builds its graph from `images` to `probabilities` and hands
     both to `__init__` with its own config entries (which must hold
     `input_shape` and `num_classes`) and the arguments every such model
-    takes: `rescale`, the default compile's learning rate schedule, the
-    policy. It is compiled (unless `compile=False`) with Adam, sparse
-    categorical cross-entropy and accuracy.
+    takes: `rescale`, the policy, whether to compile. It is compiled
+    (unless `compile=False`) with `compile()`'s defaults: Adam with the
+    class's `RECIPE` schedule, sparse categorical cross-entropy and accuracy.
     """
 
     def __init__(
@@ -28,9 +27,6 @@ class SoftmaxClassifier(PortableCompile, PortableExport, InputRangeCheck, keras.
         config,
         policy,
         rescale,
-        learning_rate,
-        decay_steps,
-        decay_rate,
         compile,
         name,
         **kwargs,
@@ -40,9 +36,6 @@ class SoftmaxClassifier(PortableCompile, PortableExport, InputRangeCheck, keras.
         self.dtype_policy = policy
         self._config = {
             **config,
-            "learning_rate": learning_rate,
-            "decay_steps": decay_steps,
-            "decay_rate": decay_rate,
             "rescale": rescale,
             "dtype": policy.name,
         }
@@ -50,11 +43,12 @@ class SoftmaxClassifier(PortableCompile, PortableExport, InputRangeCheck, keras.
         self.rescale = rescale
         self.num_classes = config["num_classes"]
         if compile:
-            self.compile(
-                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
-                loss="sparse_categorical_crossentropy",
-                metrics=["accuracy"],
-            )
+            self.compile()
+
+    def _loss_for_compile(self, loss):
+        if isinstance(loss, str) and loss == "auto":
+            return "sparse_categorical_crossentropy"
+        return loss
 
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable, **self._config}

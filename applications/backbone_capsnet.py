@@ -10,6 +10,7 @@ from applications._classes import resolve_classes
 from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
+from applications.recipe import Recipe
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive_ints
 from keras_capsules._validation import is_number
@@ -126,15 +127,13 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             margin loss alone.
         reconstruction_weight: scale of the summed squared reconstruction
             error (0.0005), with a decoder.
-        learning_rate: initial Adam learning rate of the default compile (1e-3).
-        decay_steps: the learning rate is multiplied by `decay_rate` every
-            `decay_steps` steps (2000).
-        decay_rate: see `decay_steps` (0.96).
         rescale: the factor the inputs are multiplied by before the backbone
             (`1 / 255` for pixels in [0, 255]; a first batch beyond warns).
             `None` hands them over as they are, for a `keras.applications`
             backbone that preprocesses raw pixels itself.
-        compile: compile with the defaults above and an accuracy metric.
+        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
+            learning rate (1e-3, decayed by 0.96 every 2,000 steps), the
+            loss above and accuracy.
         dtype: dtype policy of the head's layers, e.g. `"mixed_bfloat16"`; by
             default the global policy (the backbone keeps its own). Routing,
             scores and losses run in float32.
@@ -176,6 +175,8 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         Dot-Product Attention Routing. ICLR 2020.
     """
 
+    RECIPE = Recipe(batch_size=100, learning_rate=1e-3)
+
     def __init__(
         self,
         backbone,
@@ -192,9 +193,6 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         spread_margin=None,
         decoder_units=None,
         reconstruction_weight=0.0005,
-        learning_rate=1e-3,
-        decay_steps=2000,
-        decay_rate=0.96,
         rescale=PIXELS,
         compile=True,
         dtype=None,
@@ -257,9 +255,6 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             rescale=rescale,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
-            learning_rate=learning_rate,
-            decay_steps=decay_steps,
-            decay_rate=decay_rate,
             compile=compile,
             name=name,
             **kwargs,

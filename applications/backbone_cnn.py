@@ -8,6 +8,7 @@ from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._softmax_classifier import SoftmaxClassifier
+from applications.recipe import Recipe
 from keras_capsules._validation import check_positive_ints
 from keras_capsules._validation import is_int
 
@@ -36,14 +37,12 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         input_shape: shape of one image; by default the backbone's.
         normalize_features: normalise the feature map's channels at every
             position before pooling (`True`), as `BackboneCapsNet`.
-        learning_rate: initial Adam learning rate of the default compile (1e-3).
-        decay_steps: the learning rate is multiplied by `decay_rate` every
-            `decay_steps` steps (2000).
-        decay_rate: see `decay_steps` (0.96).
         rescale: the factor the inputs are multiplied by before the backbone
             (`1 / 255` for pixels in [0, 255]); `None` hands them over as
             they are.
-        compile: compile with the defaults above and an accuracy metric.
+        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
+            learning rate (1e-3, decayed by 0.96 every 2,000 steps),
+            sparse categorical cross-entropy and accuracy.
         dtype: dtype policy of the head's layers; by default the global
             policy. The softmax runs in float32.
         **kwargs: `keras.Model` arguments such as `name`.
@@ -73,6 +72,8 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         heads of its size).
     """
 
+    RECIPE = Recipe(batch_size=100, learning_rate=1e-3)
+
     def __init__(
         self,
         backbone,
@@ -81,9 +82,6 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         head_parameters=None,
         input_shape=None,
         normalize_features=True,
-        learning_rate=1e-3,
-        decay_steps=2000,
-        decay_rate=0.96,
         rescale=PIXELS,
         compile=True,
         dtype=None,
@@ -117,9 +115,6 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
             },
             policy=policy,
             rescale=rescale,
-            learning_rate=learning_rate,
-            decay_steps=decay_steps,
-            decay_rate=decay_rate,
             compile=compile,
             name=name,
             **kwargs,

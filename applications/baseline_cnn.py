@@ -5,6 +5,7 @@ from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
 from applications._softmax_classifier import SoftmaxClassifier
+from applications.recipe import Recipe
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_ints
 from keras_capsules._validation import is_number
@@ -34,7 +35,7 @@ class BaselineCNN(SoftmaxClassifier):
     `(h, w)` or `(h, w, 1)`) and multiplies them by `rescale` (1 / 255)
     itself; a first NumPy batch outside that range warns. It outputs
     class probabilities and is compiled at construction (unless
-    `compile=False`) with Adam, the learning rate schedule of `CapsNetMNIST`,
+    `compile=False`) with Adam, the learning rate schedule of `CapsNet`,
     sparse categorical cross-entropy (integer labels) and accuracy.
 
     Args:
@@ -48,13 +49,11 @@ class BaselineCNN(SoftmaxClassifier):
         dense_units: sizes of the fully connected ReLU layers, `(328, 192)`.
         dropout: dropout rate before the softmax layer (0.5; the paper gives
             none).
-        learning_rate: initial Adam learning rate of the default compile (1e-3).
-        decay_steps: the learning rate is multiplied by `decay_rate` every
-            `decay_steps` steps (2000).
-        decay_rate: see `decay_steps` (0.96).
         rescale: the factor the model multiplies its inputs by, `1 / 255` for
             pixel values in [0, 255]; `None` for inputs already in [0, 1].
-        compile: compile with the defaults above.
+        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
+            learning rate (1e-3, decayed by 0.96 every 2,000 steps),
+            sparse categorical cross-entropy and accuracy.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. The softmax runs in float32.
         **kwargs: `keras.Model` arguments such as `name`.
@@ -75,6 +74,8 @@ class BaselineCNN(SoftmaxClassifier):
         sections 5 and 5.2. arXiv:1710.09829.
     """
 
+    RECIPE = Recipe(batch_size=100, learning_rate=1e-3)
+
     def __init__(
         self,
         input_shape=(28, 28, 1),
@@ -84,9 +85,6 @@ class BaselineCNN(SoftmaxClassifier):
         pooling=None,
         dense_units=(328, 192),
         dropout=0.5,
-        learning_rate=1e-3,
-        decay_steps=2000,
-        decay_rate=0.96,
         rescale=PIXELS,
         compile=True,
         dtype=None,
@@ -143,9 +141,6 @@ class BaselineCNN(SoftmaxClassifier):
             },
             policy=policy,
             rescale=rescale,
-            learning_rate=learning_rate,
-            decay_steps=decay_steps,
-            decay_rate=decay_rate,
             compile=compile,
             name=name,
             **kwargs,

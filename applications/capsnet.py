@@ -8,6 +8,7 @@ from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
 from applications._transfer import BackboneView
+from applications.recipe import Recipe
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import CapsuleLayer
@@ -62,14 +63,11 @@ class CapsNet(BackboneView, CapsuleClassifier):
         decoder_units: hidden layer sizes of the decoder, `(512, 1024)`; `None`
             builds no decoder and trains on the margin loss alone.
         reconstruction_weight: scale of the reconstruction loss (0.0005).
-        learning_rate: initial Adam learning rate of the default compile (1e-3).
-        decay_steps: exponential decay of the learning rate: it is multiplied
-            by `decay_rate` every `decay_steps` steps (2000, as the official
-            code).
-        decay_rate: see `decay_steps` (0.96, as the official code).
         rescale: the factor the model multiplies its inputs by, `1 / 255` for
             pixel values in [0, 255]; `None` for inputs already in [0, 1].
-        compile: compile with the defaults above and an accuracy metric.
+        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
+            learning rate (1e-3, decayed by 0.96 every 2,000 steps, as the
+            official code), the loss above and accuracy.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. Routing, lengths and losses run in float32.
         **kwargs: `keras.Model` arguments such as `name`.
@@ -93,6 +91,7 @@ class CapsNet(BackboneView, CapsuleClassifier):
     """
 
     BACKBONE_OUTPUT = "primary_caps"
+    RECIPE = Recipe(batch_size=100, learning_rate=1e-3)
 
     def __init__(
         self,
@@ -110,9 +109,6 @@ class CapsNet(BackboneView, CapsuleClassifier):
         stop_gradient=False,
         decoder_units=(512, 1024),
         reconstruction_weight=0.0005,
-        learning_rate=1e-3,
-        decay_steps=2000,
-        decay_rate=0.96,
         rescale=PIXELS,
         compile=True,
         dtype=None,
@@ -180,9 +176,6 @@ class CapsNet(BackboneView, CapsuleClassifier):
             rescale=rescale,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
-            learning_rate=learning_rate,
-            decay_steps=decay_steps,
-            decay_rate=decay_rate,
             compile=compile,
             name=name,
             **kwargs,

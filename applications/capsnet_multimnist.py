@@ -121,7 +121,7 @@ class CapsNetMultiMNIST(CapsNet):
         name: name of the model.
         **kwargs: every other argument of `CapsNet` (`conv_filters`,
             `primary_capsule_types`, `iterations`, `decoder_units`,
-            `reconstruction_weight`, `learning_rate`, `compile`, `dtype`,
+            `reconstruction_weight`, `compile`, `dtype`,
             ...), with the same defaults.
 
     Example:

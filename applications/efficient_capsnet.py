@@ -8,6 +8,7 @@ from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
 from applications._transfer import BackboneView
+from applications.recipe import Recipe
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import DepthwisePrimaryCapsule
@@ -69,15 +70,13 @@ class EfficientCapsNet(BackboneView, CapsuleClassifier):
             builds no decoder and trains on the margin loss alone.
         reconstruction_weight: scale of the summed squared reconstruction
             error (0.0005).
-        learning_rate: initial Adam learning rate of the default compile
-            (5e-4, as the paper).
-        decay_steps: the learning rate is multiplied by `decay_rate` every
-            `decay_steps` steps (3,750: one epoch of 60,000 images in batches
-            of 16, the paper's batch size).
-        decay_rate: see `decay_steps` (0.97 per epoch, as the official code).
         rescale: the factor the model multiplies its inputs by, `1 / 255` for
             pixel values in [0, 255]; `None` for inputs already scaled.
-        compile: compile with the defaults above and an accuracy metric.
+        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
+            learning rate (5e-4 as the paper, decayed by 0.97 per epoch as
+            the official code: every 3,750 steps, an epoch of MNIST in
+            batches of 16, unless the trainer knows the epoch's steps), the
+            loss above and accuracy.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. Routing, lengths and losses run in float32.
         **kwargs: `keras.Model` arguments such as `name`.
@@ -100,6 +99,9 @@ class EfficientCapsNet(BackboneView, CapsuleClassifier):
     """
 
     BACKBONE_OUTPUT = "primary_caps"
+    RECIPE = Recipe(
+        batch_size=16, learning_rate=5e-4, decay_rate=0.97, decay_steps=3750, decay_every_epoch=True
+    )
 
     def __init__(
         self,
@@ -114,9 +116,6 @@ class EfficientCapsNet(BackboneView, CapsuleClassifier):
         capsule_dim=16,
         decoder_units=(512, 1024),
         reconstruction_weight=0.0005,
-        learning_rate=5e-4,
-        decay_steps=3750,
-        decay_rate=0.97,
         rescale=PIXELS,
         compile=True,
         dtype=None,
@@ -172,9 +171,6 @@ class EfficientCapsNet(BackboneView, CapsuleClassifier):
             rescale=rescale,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
-            learning_rate=learning_rate,
-            decay_steps=decay_steps,
-            decay_rate=decay_rate,
             compile=compile,
             name=name,
             **kwargs,

@@ -2,9 +2,9 @@ import keras
 from keras import ops
 
 from applications._classes import resolve_classes
-from applications._defaults import PortableCompile
-from applications._defaults import default_optimizer
+from applications._defaults import DefaultCompile
 from applications._defaults import dtype_policy
+from applications._defaults import own_loss
 from applications._export import PortableExport
 from applications._inputs import PIXELS
 from applications._inputs import InputRangeCheck
@@ -15,6 +15,7 @@ from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
 from applications._transfer import BackboneView
+from applications.recipe import Recipe
 from keras_capsules import routing
 from keras_capsules._compat import keras as keras_compat
 from keras_capsules._em_arguments import routing_settings
@@ -32,7 +33,7 @@ from keras_capsules.losses import SpreadLoss
 class MatrixCapsNet(
     BackboneView,
     PresetMixin,
-    PortableCompile,
+    DefaultCompile,
     PortableExport,
     CapsulePredictions,
     InputRangeCheck,
@@ -100,11 +101,10 @@ class MatrixCapsNet(
             optimizer's step, such as the paper's linear rise from 0.2 to 0.9
             over `steps` steps, `PolynomialDecay(0.2, steps, end_learning_rate=0.9)`.
             The attribute of the same name may be set before `fit`.
-        learning_rate: initial Adam learning rate of the default compile (3e-3).
-        decay_steps: the learning rate is multiplied by `decay_rate` every
-            `decay_steps` steps (2000).
-        decay_rate: see `decay_steps` (0.96).
-        compile: compile with the defaults above and an accuracy metric.
+        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
+            learning rate (3e-3, decayed by 0.96 every 2,000 steps), the
+            loss above and accuracy. `RECIPE` also raises the margin from
+            0.2 to 0.9 over a `keras-capsules train` run.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. EM routing and the loss run in float32.
         conv_filters: Conv1 filters, `A` (32).
@@ -145,6 +145,7 @@ class MatrixCapsNet(
 
     SCORES = "activations"
     BACKBONE_OUTPUT = "conv_caps2"
+    RECIPE = Recipe(batch_size=32, learning_rate=3e-3, spread_margin=(0.2, 0.9))
 
     def __init__(
         self,
@@ -165,9 +166,6 @@ class MatrixCapsNet(
         rescale=PIXELS,
         weight_decay=2e-7,
         spread_margin=0.2,
-        learning_rate=3e-3,
-        decay_steps=2000,
-        decay_rate=0.96,
         compile=True,
         dtype=None,
         name="matrix_capsnet",
@@ -231,9 +229,6 @@ class MatrixCapsNet(
             "normalization": normalization,
             "rescale": rescale,
             "weight_decay": weight_decay,
-            "learning_rate": learning_rate,
-            "decay_steps": decay_steps,
-            "decay_rate": decay_rate,
             "dtype": policy.name,
         }
         self.num_classes = num_classes
@@ -245,10 +240,10 @@ class MatrixCapsNet(
         self.spread_loss_tracker = keras.metrics.Mean(name="spread_loss")
         self.spread_margin_tracker = keras.metrics.Mean(name="spread_margin")
         if compile:
-            self.compile(
-                optimizer=default_optimizer(learning_rate, decay_steps, decay_rate),
-                metrics=["accuracy"],
-            )
+            self.compile()
+
+    def _loss_for_compile(self, loss):
+        return own_loss(self, loss)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if y is None:

@@ -174,7 +174,7 @@ def build_convs_only(steps_per_execution):
     """The two convolutions of CapsNet + a trivial classifier and loss, compiled like CapsNet."""
     import keras
 
-    from applications._defaults import default_optimizer
+    import applications
 
     images = keras.Input(shape=(28, 28, 1), name="images")
     x = keras.layers.Rescaling(1.0 / 255.0, name="rescaling")(images)
@@ -189,7 +189,7 @@ def build_convs_only(steps_per_execution):
     logits = keras.layers.Dense(10, dtype="float32", name="logits")(x)
     model = keras.Model(images, logits, name="convs_only")
     model.compile(
-        optimizer=default_optimizer(1e-3, decay_steps=2000, decay_rate=0.96),
+        optimizer=applications.CapsNetMNIST.RECIPE.optimizer(),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
         steps_per_execution=steps_per_execution,

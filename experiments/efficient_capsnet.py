@@ -171,10 +171,9 @@ def main(argv=None):
     x, y = x[: args.train_size].astype("float32"), y[: args.train_size]
     x_test, y_test = x_test[: args.test_size, ..., None], y_test[: args.test_size]
     steps_per_epoch = math.ceil(len(x) / args.batch_size)
-    model = applications.EfficientCapsNet(decay_steps=steps_per_epoch)
+    model = applications.EfficientCapsNet(compile=False)
     model.compile(
-        optimizer=model.optimizer,
-        metrics=["accuracy"],
+        optimizer=model.RECIPE.optimizer(steps_per_epoch),
         steps_per_execution=args.steps_per_execution,
     )
 

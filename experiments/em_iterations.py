@@ -26,6 +26,7 @@ Smoke test:
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import resource
@@ -79,12 +80,14 @@ def main(argv=None):
         input_shape=(28, 28, 1),
         num_classes=10,
         rescale=1 / 255,
-        learning_rate=args.learning_rate,
         tempering=tempering,
         normalization=args.normalization,
         inverse_temperature_schedule=args.schedule,
         inverse_temperature=args.inverse_temperature or routing.INVERSE_TEMPERATURE,
+        compile=False,
     )
+    recipe = dataclasses.replace(model.RECIPE, learning_rate=args.learning_rate)
+    model.compile(optimizer=recipe.optimizer())
     one_step_per_call(model)  # evaluates at exact steps
     results = {"accuracy": {}, "first_non_finite_step": None}
     budget = budget_callback(math.inf, max_steps=eval_at[-1])

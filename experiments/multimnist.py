@@ -32,6 +32,7 @@ Smoke test:
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -106,8 +107,10 @@ def main(argv=None):
         conv_filters=args.conv_filters,
         primary_capsule_types=args.primary_capsule_types,
         iterations=args.iterations,
-        learning_rate=args.learning_rate,
+        compile=False,
     )
+    recipe = dataclasses.replace(model.RECIPE, learning_rate=args.learning_rate)
+    model.compile(optimizer=recipe.optimizer())
     log(
         f"{model.name}: {model.count_params():,} parameters, conv_filters={args.conv_filters}, "
         f"primary_capsule_types={args.primary_capsule_types}, batch {args.batch}, "

@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 from _training import device
@@ -200,22 +201,37 @@ def _load(recipe):
 
 
 def _build(recipe, steps_per_epoch):
+    """The recipe's model, compiled with its class's `RECIPE` as the recipe varies it."""
+    import dataclasses
+
     import keras
 
     import applications
 
     arguments = dict(recipe["arguments"])
+    schedule = {key: arguments.pop(key) for key in _SCHEDULE if key in arguments}
     arguments["class_names"] = _class_names(recipe)
     if "input_shape" in arguments:
         arguments["input_shape"] = tuple(arguments["input_shape"])
-    if recipe.get("decay_every_epoch"):
-        arguments["decay_steps"] = steps_per_epoch
     if "spread_margin" in recipe:
         start, end = recipe["spread_margin"]
         arguments["spread_margin"] = keras.optimizers.schedules.PolynomialDecay(
             start, recipe["epochs"] * steps_per_epoch, end_learning_rate=end
         )
-    return getattr(applications, recipe["model"])(**arguments)
+    cls = getattr(applications, recipe["model"])
+    model = cls(compile=False, **arguments)
+    own = dataclasses.replace(
+        cls.RECIPE,
+        batch_size=recipe["batch_size"],
+        decay_every_epoch=bool(recipe.get("decay_every_epoch")),
+        **schedule,
+    )
+    model.compile(optimizer=own.optimizer(steps_per_epoch))
+    return model
+
+
+_SCHEDULE = ("learning_rate", "decay_rate")
+"""The recipes' `arguments` that vary the class's `RECIPE`, not the model."""
 
 
 def _class_names(recipe):
@@ -410,7 +426,7 @@ def train(args, recipe, folder, progress):
     """Train the remaining epochs within the budget; return the model and `progress`."""
     import keras
 
-    import applications  # also registers the models the checkpoint names
+    import applications  # noqa: F401  (registers the models the checkpoint names)
     from keras_capsules._compile import compile_again
 
     keras.utils.set_random_seed(recipe["seed"] + progress["epochs_done"])
@@ -424,11 +440,13 @@ def train(args, recipe, folder, progress):
     else:
         model = _build(recipe, steps_per_epoch)
     if progress["epochs_done"] == started and started:
-        # _open_run checked the start; from_preset checks its weights file again.
+        # _open_run checked the start's weights file. Its config is of its commit's
+        # classes; the recipe builds the same network today, so the weights load into it.
         start_folder = os.path.join(folder, "start")
         log(f"starting {recipe['name']} after epoch {started} from the preset in {start_folder}")
-        held = getattr(applications, recipe["model"]).from_preset(start_folder, compile=False)
-        model.set_weights(held.get_weights())
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
+            model.load_weights(os.path.join(start_folder, "model.weights.h5"))
     if args.steps_per_execution:
         compile_again(model, steps_per_execution=args.steps_per_execution)
     session = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": _machine()}

@@ -31,13 +31,14 @@ so far kept. `OUTPUT/run.json` records the run's options: a
 rerun with more `--epochs` continues a finished run, and a rerun with other
 options is refused unless `--fresh` starts a new run in the folder.
 
-Each architecture trains with its paper's settings: `capsnet` in batches of
-100 with Adam from 1e-3, MNIST-like data shifted by up to `--max-shift`
-pixels; `efficient-capsnet` in batches of 16 with Adam from 5e-4 decayed by
-0.97 every epoch; `matrix-capsnet` in batches of 32 with Adam from 3e-3 and
-the spread loss, whose margin `SpreadMarginSchedule` raises from 0.2 to 0.9
-over the run. `--iterations`, `--conv-filters` and `--primary-capsule-types`
-size `capsnet`, the EM options `matrix-capsnet`.
+Each architecture trains with its paper's settings, its class's `RECIPE`
+(`applications.Recipe`): `capsnet` in batches of 100 with Adam from 1e-3,
+MNIST-like data shifted by up to `--max-shift` pixels; `efficient-capsnet`
+in batches of 16 with Adam from 5e-4 decayed by 0.97 every epoch;
+`matrix-capsnet` in batches of 32 with Adam from 3e-3 and the spread loss,
+whose margin `SpreadMarginSchedule` raises from 0.2 to 0.9 over the run.
+`--iterations`, `--conv-filters` and `--primary-capsule-types` size
+`capsnet`, the EM options `matrix-capsnet`.
 """
 
 import contextlib
@@ -67,8 +68,18 @@ MODELS = {
 }
 """The architectures `train` builds, by the name the command takes."""
 DATA = ("mnist", "fashion-mnist", "smallnorb")
-BATCH_SIZES = {"capsnet": 100, "efficient-capsnet": 16, "matrix-capsnet": 32}
-LEARNING_RATES = {"capsnet": 1e-3, "efficient-capsnet": 5e-4, "matrix-capsnet": 3e-3}
+
+
+def recipe(args):
+    """The `applications.Recipe` of the architecture `args.model`, with `--learning-rate`."""
+    import dataclasses
+
+    import applications
+
+    own = getattr(applications, MODELS[args.model]).RECIPE
+    if getattr(args, "learning_rate", None) is None:
+        return own
+    return dataclasses.replace(own, learning_rate=args.learning_rate)
 
 
 def resolve_defaults(args):
@@ -79,9 +90,10 @@ def resolve_defaults(args):
     """
     from keras_capsules import routing
 
+    own = recipe(args)
     resolved = {
-        "batch_size": BATCH_SIZES[args.model],
-        "learning_rate": LEARNING_RATES[args.model],
+        "batch_size": own.batch_size,
+        "learning_rate": own.learning_rate,
         "inverse_temperature": routing.INVERSE_TEMPERATURE,
         "variance_epsilon": routing.VARIANCE_EPSILON,
         "tempering": routing.TEMPERING,
@@ -177,14 +189,15 @@ def _add_run_options(group):
         "--batch-size",
         type=positive_int,
         default=None,
-        help="100 for capsnet, 16 for efficient-capsnet, 32 for matrix-capsnet",
+        help="default: the architecture's recipe (applications.CapsNet.RECIPE and so on): "
+        "100 for capsnet, 16 for efficient-capsnet, 32 for matrix-capsnet",
     )
     group.add_argument(
         "--learning-rate",
         type=positive_float,
         default=None,
-        help="1e-3 (capsnet), 5e-4 (efficient-capsnet, decayed by 0.97 per epoch), "
-        "3e-3 (matrix-capsnet)",
+        help="Adam's initial learning rate; default: the architecture's recipe, 1e-3 "
+        "(capsnet), 5e-4 (efficient-capsnet, decayed by 0.97 per epoch), 3e-3 (matrix-capsnet)",
     )
     group.add_argument("--output", default="runs/mnist", help="folder for checkpoints and metrics")
     group.add_argument(
@@ -305,11 +318,8 @@ def _build_model(args, steps_per_epoch, spec, em_settings=None):
         "input_shape": spec["input_shape"],
         "class_names": spec["class_names"],
         "rescale": spec["rescale"],
-        "learning_rate": args.learning_rate,
+        "compile": False,
     }
-    if args.model == "efficient-capsnet":
-        # 0.97 per epoch, as the paper's code
-        arguments.update(decay_steps=steps_per_epoch, decay_rate=0.97)
     if args.from_preset is not None:
         try:
             model = cls.from_preset(args.from_preset, **arguments)
@@ -343,6 +353,7 @@ def _build_model(args, steps_per_epoch, spec, em_settings=None):
         model = cls(**arguments)
     if args.freeze_backbone:
         model.backbone.trainable = False
+    model.compile(optimizer=recipe(args).optimizer(steps_per_epoch))
     return model
 
 
@@ -467,15 +478,11 @@ def _read_datasets(args, batch_size):
 
 
 def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initial_epoch=0):
-    from keras_capsules.callbacks import SpreadMarginSchedule
-
     backup_dir = os.path.join(args.output, "backup")
     if _training.usable_backup(backup_dir):
         print(f"Resuming the interrupted run from {backup_dir}", flush=True)
     callbacks = _training.fit_callbacks(args.output)
-    if args.model == "matrix-capsnet":
-        steps = args.epochs * -(-train_count // batch_size)
-        callbacks.append(SpreadMarginSchedule(0.2, 0.9, steps=steps))
+    callbacks.extend(recipe(args).callbacks(args.epochs * -(-train_count // batch_size)))
     counter = _training.finite_loss_counter()
     callbacks.append(counter)
     multi_process = _multi_process(args)

@@ -8,6 +8,7 @@ The search is `keras_capsules.tuning`'s (`create_tuner`, the hypermodels); a
 chief runs the oracle for remote workers, which run the trials.
 """
 
+import argparse
 import json
 import os
 import time
@@ -20,7 +21,7 @@ from keras_capsules.cli._types import held_out_fraction
 from keras_capsules.cli._types import non_negative_int
 from keras_capsules.cli._types import positive_float
 from keras_capsules.cli._types import positive_int
-from keras_capsules.cli.train import BATCH_SIZES
+from keras_capsules.cli.train import recipe
 
 DEFAULT_ORACLE = "127.0.0.1:8000"
 MODELS = ("capsnet", "matrix-capsnet")
@@ -143,7 +144,7 @@ def _search_options(args):
     options = {k: v for k, v in sorted(vars(args).items()) if k not in SESSION_OPTIONS}
     options["fixed"] = sorted(args.fixed)
     if options["batch_size"] is None:
-        options["batch_size"] = BATCH_SIZES.get(args.model, 32)
+        options["batch_size"] = recipe(argparse.Namespace(model=args.model)).batch_size
     return json.loads(json.dumps(options))
 
 

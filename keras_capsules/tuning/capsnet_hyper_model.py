@@ -1,3 +1,5 @@
+import dataclasses
+
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_int
 from keras_capsules.tuning._base import CapsuleHyperModel
@@ -140,7 +142,8 @@ class CapsNetHyperModel(CapsuleHyperModel):
         import applications
 
         values = self._values(hp)
-        return applications.CapsNet(
+        schedule = {key: values.pop(key) for key in ("learning_rate", "decay_rate")}
+        model = applications.CapsNet(
             input_shape=self.input_shape,
             num_classes=self.num_classes,
             conv_kernel_size=self.conv_kernel_size,
@@ -148,6 +151,9 @@ class CapsNetHyperModel(CapsuleHyperModel):
             primary_strides=self.primary_strides,
             stop_gradient=self.stop_gradient,
             decoder_units=self.decoder_units if values["reconstruction_weight"] else None,
-            decay_steps=self.decay_steps,
+            compile=False,
             **values,
         )
+        recipe = dataclasses.replace(model.RECIPE, decay_steps=self.decay_steps, **schedule)
+        model.compile(optimizer=recipe.optimizer())
+        return model

@@ -1,3 +1,5 @@
+import dataclasses
+
 from keras_capsules import _positions
 from keras_capsules import routing
 from keras_capsules._validation import check_choice
@@ -159,7 +161,9 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         """Build a compiled `applications.MatrixCapsNet` from the hyperparameters `hp`."""
         import applications
 
-        return applications.MatrixCapsNet(
+        values = self._values(hp)
+        schedule = {key: values.pop(key) for key in ("learning_rate", "decay_rate")}
+        model = applications.MatrixCapsNet(
             input_shape=self.input_shape,
             num_classes=self.num_classes,
             coordinate_addition=self.coordinate_addition,
@@ -168,9 +172,12 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
             inverse_temperature_schedule=self.inverse_temperature_schedule,
             rescale=self.rescale,
             weight_decay=self.weight_decay,
-            decay_steps=self.decay_steps,
-            **self._values(hp),
+            compile=False,
+            **values,
         )
+        recipe = dataclasses.replace(model.RECIPE, decay_steps=self.decay_steps, **schedule)
+        model.compile(optimizer=recipe.optimizer())
+        return model
 
     def _fit_callbacks(self, hp, steps):
         from keras_capsules.callbacks import SpreadMarginSchedule

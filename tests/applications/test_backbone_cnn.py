@@ -35,7 +35,8 @@ def test_head_parameters_match_a_capsule_head(routing):
 def test_learns_mnist_and_round_trips(tmp_path):
     (x, y), (x_test, y_test) = mnist.load_data()
     keras.utils.set_random_seed(0)
-    model = applications.BackboneCNN(_backbone(), 10, hidden_units=64, learning_rate=3e-3)
+    model = applications.BackboneCNN(_backbone(), 10, hidden_units=64)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3))
     model.fit(x[:3000], y[:3000], batch_size=50, epochs=1, verbose=0)
     accuracy = np.mean(np.argmax(model.predict(x_test[:1000], verbose=0), -1) == y_test[:1000])
     # 60 steps of a pooled head on 16 channels: about 0.45 (chance is 0.1).

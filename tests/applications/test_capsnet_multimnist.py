@@ -104,7 +104,8 @@ def test_fit_on_the_streaming_pipeline_lowers_the_loss_and_keras_round_trip(
     mnist_data, pairs, tmp_path
 ):
     (x_train, y_train), _ = mnist_data
-    model = applications.CapsNetMultiMNIST(**SMALL, learning_rate=3e-3)
+    model = applications.CapsNetMultiMNIST(**SMALL)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3))
     train = multimnist.training_pipeline(
         x_train[:100], y_train[:100], batch_size=25, pairs_per_digit=1, seed=0, as_dict=True
     )

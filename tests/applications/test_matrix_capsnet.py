@@ -213,9 +213,9 @@ def train_reduced_on_mnist(mnist_data, **routing_options):
         input_shape=(28, 28, 1),
         num_classes=10,
         rescale=1 / 255,
-        learning_rate=1e-2,
         **routing_options,
     )
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
     history = model.fit(
         x_train[:3000, ..., None],
         y_train[:3000],

@@ -53,8 +53,11 @@ def test_search_space_ranges():
 def test_defaults_are_the_papers_settings():
     defaults = CapsNetHyperModel().search_space().values
     signature = inspect.signature(applications.CapsNet).parameters
+    recipe = applications.CapsNet.RECIPE
     for name, value in defaults.items():
-        if name != "max_shift":
+        if name in ("learning_rate", "decay_rate", "max_shift"):
+            assert value == getattr(recipe, name), name
+        else:
             assert value == signature[name].default, name
     assert defaults["max_shift"] == 2  # shifts of up to 2 pixels, as the paper
     assert CapsNetHyperModel.objectives()[:2] == ("loss", "accuracy")
@@ -86,10 +89,12 @@ def test_build_follows_the_hyperparameters():
     hp = fixed(iterations=1, learning_rate=5e-3, decay_rate=1.0, reconstruction_weight=0.0)
     model = hypermodel.build(fixed(**TINY_CAPSNET, **hp.values))
     config = model.get_config()
-    for name, value in {**TINY_CAPSNET, "iterations": 1, "decay_rate": 1.0}.items():
+    for name, value in {**TINY_CAPSNET, "iterations": 1}.items():
         assert config[name] == value, name
     assert model.decoder is None and config["decoder_units"] is None  # weight 0: no decoder
     assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(5e-3)
+    schedule = model.optimizer.get_config()["learning_rate"]["config"]
+    assert (schedule["decay_rate"], schedule["decay_steps"]) == (1.0, 2000)
     model = hypermodel.build(fixed(**TINY_CAPSNET, reconstruction_weight=2e-3))
     assert model.decoder is not None and model.get_config()["decoder_units"] == (16,)
     assert model.reconstruction_loss.weight == 2e-3

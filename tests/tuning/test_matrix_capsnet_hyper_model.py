@@ -45,8 +45,12 @@ def test_search_space_ranges():
 def test_defaults_are_the_papers_settings():
     defaults = MatrixCapsNetHyperModel().search_space().values
     signature = inspect.signature(applications.MatrixCapsNet).parameters
-    for name in ("iterations", "A", "B", "C", "D", "learning_rate", "decay_rate", "tempering"):
+    for name in ("iterations", "A", "B", "C", "D", "tempering"):
         assert defaults[name] == signature[ARGUMENT.get(name, name)].default, name
+    recipe = applications.MatrixCapsNet.RECIPE
+    for name in ("learning_rate", "decay_rate"):
+        assert defaults[name] == getattr(recipe, name), name
+    assert (defaults["margin_start"], defaults["margin_end"]) == recipe.spread_margin
     assert defaults["inverse_temperature"] == routing.INVERSE_TEMPERATURE
     schedule = inspect.signature(SpreadMarginSchedule).parameters
     assert defaults["margin_start"] == schedule["start"].default == 0.2
@@ -86,6 +90,8 @@ def test_build_follows_the_hyperparameters():
     assert config["normalization"] == "positions"
     assert config["input_shape"] == (28, 28, 1) and config["rescale"] == 1 / 255
     assert model.get_layer("conv_caps2").inverse_temperature == 0.05
+    schedule = model.optimizer.get_config()["learning_rate"]["config"]
+    assert (schedule["initial_learning_rate"], schedule["decay_steps"]) == (1e-3, 2000)
 
 
 def test_fit_schedules_the_spread_margin(mnist_data):
