@@ -3,6 +3,8 @@
 import keras
 import numpy as np
 
+from keras_capsules._compat import keras as keras_compat
+
 
 class BackboneView:
     """`backbone`: the model's layers from the images to `BACKBONE_OUTPUT`, as a `keras.Model`.
@@ -31,7 +33,7 @@ class BackboneView:
 
 def head_layers(model):
     """The layers of `model` with weights that follow its backbone: the class capsules' side."""
-    backbone = {id(layer) for layer in model.backbone._flatten_layers()}
+    backbone = {id(layer) for layer in keras_compat.flatten_layers(model.backbone)}
     head = [layer for layer in model.layers if id(layer) not in backbone and layer.weights]
     decoder = getattr(model, "decoder", None)
     return head + ([decoder] if decoder is not None else [])

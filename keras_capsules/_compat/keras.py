@@ -12,6 +12,9 @@ spread margin of `applications.MatrixCapsNet`) takes it from there.
 callback's `_save_model`, reads the names of the files and of the epoch and
 batch it records (`BACKUP_ATTRIBUTES`), and builds the weights file in memory
 with Keras's saving library (`weights_file_bytes`).
+
+The layers nested in a model are walked with `Layer._flatten_layers`
+(`flatten_layers`).
 """
 
 import inspect
@@ -74,6 +77,21 @@ def weights_file_bytes(model):
     return buffer.getvalue()
 
 
+def flatten_layers(layer, include_self=True):
+    """Every layer inside `layer`, nested models' layers included, once each.
+
+    Keras has no public way to walk nested layers; its `Layer._flatten_layers`
+    does it.
+
+    Raises:
+        InternalChanged: Keras's layers no longer have `_flatten_layers`.
+    """
+    walk = getattr(layer, "_flatten_layers", None)
+    if not callable(walk):
+        raise changed(_LIBRARY, "keras.layers.Layer._flatten_layers")
+    return list(walk(include_self=include_self))
+
+
 def check_backup_and_restore(callback):
     """Raise `InternalChanged` unless the `BackupAndRestore` `callback` has `BACKUP_ATTRIBUTES`."""
     for name in BACKUP_ATTRIBUTES:
@@ -91,6 +109,8 @@ def check():
 
     internal(_LIBRARY, "keras.src.saving.saving_lib", "H5IOStore")
     internal(_LIBRARY, "keras.src.saving.saving_lib", "_save_state")
+    if not callable(getattr(keras.layers.Layer, "_flatten_layers", None)):
+        raise changed(_LIBRARY, "keras.layers.Layer._flatten_layers")
     if not callable(getattr(keras.callbacks.BackupAndRestore, "_save_model", None)):
         raise changed(_LIBRARY, "keras.callbacks.BackupAndRestore._save_model")
     if keras.backend.backend() != "jax":

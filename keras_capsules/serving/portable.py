@@ -16,6 +16,7 @@ import numpy as np
 
 from keras_capsules._atomic import replacing
 from keras_capsules._autodiff import inference_only
+from keras_capsules._compat import keras as keras_compat
 from keras_capsules._optional import require
 from keras_capsules.serving.export import OUTPUT_KINDS
 from keras_capsules.serving.export import SERVING_SIGNATURE
@@ -255,7 +256,7 @@ def _sensitivity(function, images, expected):
 
 def _low_precision_layer(model):
     """The first layer of `model` computing in float16 or bfloat16, or `None`."""
-    for layer in model._flatten_layers(include_self=True):
+    for layer in keras_compat.flatten_layers(model):
         if keras.backend.standardize_dtype(layer.compute_dtype) in ("float16", "bfloat16"):
             return layer
     return None

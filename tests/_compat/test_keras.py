@@ -39,6 +39,16 @@ def test_a_backup_callback_without_what_the_command_reads_is_named():
         compat.check_backup_and_restore(object())
 
 
+def test_flatten_layers_walks_nested_models_or_names_the_internal():
+    inner = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="inner_dense")])
+    outer = keras.Sequential([keras.Input((3,)), inner, keras.layers.Dense(1, name="top")])
+    names = {layer.name for layer in compat.flatten_layers(outer)}
+    assert {"inner_dense", "top", inner.name, outer.name} <= names
+    assert outer.name not in {layer.name for layer in compat.flatten_layers(outer, False)}
+    with pytest.raises(InternalChanged, match=r"_flatten_layers.*keras"):
+        compat.flatten_layers(object())
+
+
 def test_finds_the_step_among_the_values_of_the_optimizers_variables():
     optimizer = _optimizer()
     values = [variable.value for variable in optimizer.variables]
