@@ -285,7 +285,7 @@ class MatrixCapsNet(
     def _step(self):
         if self._optimizer_step is not None:
             return self._optimizer_step
-        if self.optimizer is None:
+        if not self.compiled or self.optimizer is None:  # no optimizer: the first step
             return 0
         return self.optimizer.iterations
 

@@ -7,6 +7,7 @@ from keras import ops
 
 import applications
 from applications.backbone_capsnet import ROUTINGS
+from tests._model_testing import run_classifier_test
 
 SMALL = dict(primary_capsule_types=4, decoder_units=(8,))
 
@@ -45,15 +46,15 @@ def test_each_routing_fits_predicts_and_round_trips(routing, tmp_path):
     if routing not in ("em", "inverted_dot_product"):  # squashed capsules: scores are lengths
         np.testing.assert_allclose(scores, np.linalg.norm(poses, axis=-1), rtol=1e-4, atol=1e-5)
     assert model.decode(poses).shape == (8, 32, 32, 3)
-
-    path = str(tmp_path / f"{routing}.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    assert isinstance(loaded, applications.BackboneCapsNet) and loaded.routing == routing
-    assert _same_config(loaded.get_config(), model.get_config())
-    np.testing.assert_array_equal(
-        ops.convert_to_numpy(loaded(x)["probabilities"]),
-        ops.convert_to_numpy(model(x)["probabilities"]),
+    full = routing == "dynamic"  # mixed precision and presets once: the head is the same
+    run_classifier_test(
+        applications.BackboneCapsNet,
+        dict(backbone=_backbone(), num_classes=5, routing=routing, **SMALL),
+        x,
+        y,
+        tmp_path,
+        mixed_precision=full,
+        preset=full,
     )
 
 

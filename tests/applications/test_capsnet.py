@@ -11,6 +11,7 @@ from keras import ops
 import applications
 from keras_capsules.losses import MarginLoss
 from keras_capsules.losses import ReconstructionLoss
+from tests._model_testing import run_classifier_test
 from tests.conftest import requires_tensorflow
 
 SMALL = dict(conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_units=(32,))
@@ -79,29 +80,9 @@ def test_fit_takes_integer_or_one_hot_labels(one_hot):
     assert 0 <= results["accuracy"] <= 1
 
 
-def test_keras_round_trip_needs_no_custom_objects(tmp_path):
-    model = applications.CapsNet(**SMALL, iterations=2)
+def test_passes_the_classifier_checks(tmp_path):
     x = np.random.default_rng(3).integers(0, 256, size=(4, 28, 28, 1)).astype("float32")
-    model.fit(x, np.arange(4), epochs=1, verbose=0)
-    path = str(tmp_path / "capsnet.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    assert isinstance(loaded, applications.CapsNet)
-    assert loaded.get_config() == model.get_config()
-    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
-    np.testing.assert_array_equal(loaded.reconstruct(x), model.reconstruct(x))
-    loaded.fit(x, np.arange(4), epochs=1, verbose=0)  # compiled and trainable
-
-
-@pytest.mark.parametrize("mixed_precision", ["mixed_float16", "mixed_bfloat16"], indirect=True)
-def test_mixed_precision_forward_is_finite(mixed_precision):
-    model = applications.CapsNet(**SMALL)
-    x = np.random.default_rng(4).integers(0, 256, size=(4, 28, 28, 1)).astype("float32")
-    outputs = model(x)
-    assert ops.dtype(outputs["probabilities"]) == "float32"
-    assert np.all(np.isfinite(ops.convert_to_numpy(outputs["probabilities"])))
-    loss = model.compute_loss(x, np.arange(4), outputs)
-    assert np.isfinite(float(loss))
+    run_classifier_test(applications.CapsNet, dict(SMALL, iterations=2), x, np.arange(4), tmp_path)
 
 
 @pytest.mark.parametrize(

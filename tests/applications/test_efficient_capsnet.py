@@ -1,9 +1,8 @@
-import keras
 import numpy as np
 import pytest
-from keras import ops
 
 import applications
+from tests._model_testing import run_classifier_test
 
 SMALL = dict(
     conv_filters=(8, 8, 8, 16),
@@ -54,27 +53,8 @@ def test_other_image_sizes_and_class_counts():
     assert model.reconstruct(x).shape == (4, 32, 32, 3)
 
 
-def test_keras_round_trip_needs_no_custom_objects(tmp_path):
-    model = applications.EfficientCapsNet(**SMALL)
-    x = _images(3)
-    model.fit(x, np.arange(4), epochs=1, verbose=0)
-    path = str(tmp_path / "efficient.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    assert isinstance(loaded, applications.EfficientCapsNet)
-    assert loaded.get_config() == model.get_config()
-    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
-    loaded.fit(x, np.arange(4), epochs=1, verbose=0)  # compiled and trainable
-
-
-@pytest.mark.parametrize("mixed_precision", ["mixed_float16", "mixed_bfloat16"], indirect=True)
-def test_mixed_precision_forward_is_finite(mixed_precision):
-    model = applications.EfficientCapsNet(**SMALL)
-    x = _images(4)
-    outputs = model(x)
-    assert ops.dtype(outputs["probabilities"]) == "float32"
-    assert np.all(np.isfinite(ops.convert_to_numpy(outputs["probabilities"])))
-    assert np.isfinite(float(model.compute_loss(x, np.arange(4), outputs)))
+def test_passes_the_classifier_checks(tmp_path):
+    run_classifier_test(applications.EfficientCapsNet, SMALL, _images(3), np.arange(4), tmp_path)
 
 
 @pytest.mark.parametrize(

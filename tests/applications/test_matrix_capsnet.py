@@ -3,12 +3,12 @@ import warnings
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 import applications
 from keras_capsules import routing
 from keras_capsules.callbacks import SpreadMarginSchedule
 from keras_capsules.losses import SpreadLoss
+from tests._model_testing import run_classifier_test
 from tests.conftest import requires_tensorflow
 
 TINY = dict(A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3, rescale=None)
@@ -173,14 +173,11 @@ def test_savedmodel_reproduces_predict(tmp_path):
     )
 
 
-@pytest.mark.parametrize("mixed_precision", ["mixed_float16", "mixed_bfloat16"], indirect=True)
-def test_mixed_precision_is_finite(mixed_precision):
-    model = applications.MatrixCapsNet(**TINY)
+def test_passes_the_classifier_checks(tmp_path):
     x = np.random.default_rng(4).normal(size=(4, 20, 20, 2)).astype("float32")
-    outputs = model(x)
-    assert ops.dtype(outputs["activations"]) == "float32"
-    assert np.all(np.isfinite(ops.convert_to_numpy(outputs["activations"])))
-    assert np.isfinite(float(model.compute_loss(x, np.arange(4) % 3, outputs)))
+    run_classifier_test(
+        applications.MatrixCapsNet, TINY, x, np.arange(4) % 3, tmp_path, scores="activations"
+    )
 
 
 @pytest.mark.parametrize(

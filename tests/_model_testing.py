@@ -1,0 +1,152 @@
+"""The checks every classifier of `applications` passes, in one call: `run_classifier_test`.
+
+After keras-hub's `TestCase.run_task_test` and `run_preset_test`: each model's
+test file calls `run_classifier_test` once with a small configuration and a few
+images, then tests what is particular to its model (paper sizes, losses against
+NumPy, errors of its own arguments, learning on real data).
+
+This module imports Keras and NumPy only (pytest imports it for
+`--doctest-modules`); its name matches neither `test_*.py` nor `*_test.py`, so
+pytest does not collect it as tests.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+MIXED_PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16")
+
+
+def _scores(outputs, key):
+    """The class scores of a model's outputs: its dict's `key`, or the tensor itself."""
+    return outputs[key] if isinstance(outputs, dict) else outputs
+
+
+def _numpy(outputs):
+    if isinstance(outputs, dict):
+        return {name: ops.convert_to_numpy(value) for name, value in outputs.items()}
+    return ops.convert_to_numpy(outputs)
+
+
+def _same_config(a, b):
+    """Configs equal once JSON has made tuples and lists alike, as a `.keras` file does."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _assert_same_outputs(got, want, what):
+    got, want = _numpy(got), _numpy(want)
+    if isinstance(want, dict):
+        assert set(got) == set(want), what
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{what}: {name}")
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+def run_classifier_test(
+    cls,
+    init_kwargs,
+    images,
+    labels,
+    tmp_path,
+    *,
+    scores="probabilities",
+    mixed_precision=True,
+    preset=True,
+):
+    """Run `cls(**init_kwargs)` through the checks every classifier passes.
+
+    - Its class scores are finite float32 in [0, 1], one per class, and the
+      class names (if any) count the classes.
+    - An unknown argument is refused with a `ValueError` naming it.
+    - `get_config` / `from_config` give the same config, and the config holds
+      no optimizer argument (the recipe's, `compile()`'s).
+    - One epoch of `fit` on `(images, labels)` has a finite loss, and
+      `evaluate` reports the accuracy.
+    - A `.keras` round trip needs no custom objects and gives the same class,
+      config, outputs and compile state, and the loaded model trains further.
+    - With `mixed_precision`, each mixed policy builds a model whose scores
+      are float32 and finite and whose loss is finite, and records the policy
+      in its config.
+    - With `preset`, `save_to_preset` / `from_preset` give the same outputs,
+      and `from_preset` with two new class names builds a two-class model
+      that keeps the backbone's weights.
+
+    Args:
+        cls: the class, e.g. `applications.CapsNet`.
+        init_kwargs: a small configuration of it.
+        images: a few images it takes, a NumPy array.
+        labels: their labels, as `fit` takes them.
+        tmp_path: a folder for the files the checks write.
+        scores: the key of the class scores in a dict of outputs.
+        mixed_precision: whether to run the mixed-precision checks.
+        preset: whether to run the preset checks.
+    """
+    model = cls(**init_kwargs)
+    outputs = model(images)
+    probabilities = ops.convert_to_numpy(_scores(outputs, scores))
+    assert ops.dtype(_scores(outputs, scores)) == "float32"
+    assert probabilities.shape == (len(images), model.num_classes)
+    assert np.all(np.isfinite(probabilities))
+    assert np.all((probabilities >= 0) & (probabilities <= 1))
+    names = model.get_config().get("class_names")
+    assert names is None or len(names) == model.num_classes
+
+    with pytest.raises(ValueError, match="not_an_argument"):
+        cls(**init_kwargs, not_an_argument=1)
+
+    config = model.get_config()
+    assert not {"learning_rate", "decay_steps", "decay_rate"} & set(config)
+    assert _same_config(cls.from_config(config).get_config(), config)
+
+    history = model.fit(images, labels, batch_size=len(images), epochs=1, verbose=0).history
+    assert np.all(np.isfinite(history["loss"])), history
+    results = model.evaluate(images, labels, verbose=0, return_dict=True)
+    assert 0 <= results["accuracy"] <= 1
+
+    path = os.path.join(str(tmp_path), f"{model.name}.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert type(loaded) is type(model)
+    assert _same_config(loaded.get_config(), model.get_config())
+    assert loaded.get_compile_config() == model.get_compile_config()
+    _assert_same_outputs(loaded(images), model(images), "the loaded model's outputs")
+    if getattr(model, "decoder", None) is not None:
+        np.testing.assert_array_equal(loaded.reconstruct(images), model.reconstruct(images))
+    assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations)
+    loaded.fit(images, labels, batch_size=len(images), epochs=1, verbose=0)
+
+    if mixed_precision:
+        for policy in MIXED_PRECISION_POLICIES:
+            mixed = cls(**init_kwargs, dtype=policy)
+            assert mixed.get_config()["dtype"] == policy
+            outputs = mixed(images)
+            assert ops.dtype(_scores(outputs, scores)) == "float32", policy
+            assert np.all(np.isfinite(ops.convert_to_numpy(_scores(outputs, scores)))), policy
+            assert np.isfinite(float(mixed.compute_loss(images, labels, outputs))), policy
+
+    if preset:
+        _run_preset_checks(cls, model, images, str(tmp_path))
+
+
+def _run_preset_checks(cls, model, images, folder):
+    """`save_to_preset` / `from_preset`, and `from_preset` for two new classes."""
+    preset = model.save_to_preset(os.path.join(folder, "preset"))
+    same = cls.from_preset(preset)
+    assert _same_config(same.get_config(), model.get_config())
+    _assert_same_outputs(same(images), model(images), "the preset's outputs")
+
+    pets = cls.from_preset(preset, class_names=["cat", "dog"])
+    assert pets.num_classes == 2 and tuple(pets.class_names) == ("cat", "dog")
+    assert pets.preset_layers, "from_preset kept no layer of the backbone"
+    assert len(pets.backbone.weights) == len(model.backbone.weights)
+    for got, want in zip(pets.backbone.weights, model.backbone.weights):
+        np.testing.assert_array_equal(
+            ops.convert_to_numpy(got),
+            ops.convert_to_numpy(want),
+            err_msg=f"the backbone's {want.path}",
+        )
