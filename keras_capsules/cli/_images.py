@@ -55,7 +55,9 @@ def folder_size_and_colour(model, command):
 def model_classes(model, summary, command):
     """`(names, order)`: the model's class names and its index of each of the folder's classes.
 
-    A class folder the model has no class for ends the command.
+    The folder may hold some of the model's classes: each folder's label is
+    the model's index of its name. A class folder the model has no class for
+    ends the command.
     """
     import numpy as np
 
@@ -76,8 +78,9 @@ def model_classes(model, summary, command):
 def folder_images(model, folder, command, limit=2000):
     """`(images, labels)`: up to `limit` images of `folder`'s class subfolders at the model's size.
 
-    The labels are the model's class indices of the folders' names; a folder
-    the model has no class for ends the command.
+    The labels are the model's class indices of the folders' names (one
+    class folder or more, some or all of the model's classes); a folder the
+    model has no class for ends the command.
     """
     import numpy as np
 
@@ -85,7 +88,9 @@ def folder_images(model, folder, command, limit=2000):
 
     image_size, color_mode = folder_size_and_colour(model, command)
     try:
-        summary = image_folder.check_folder(folder, image_size=image_size, color_mode=color_mode)
+        summary = image_folder.check_folder(
+            folder, image_size=image_size, color_mode=color_mode, min_classes=1
+        )
     except ValueError as error:
         fail(str(error), command)
     _, order = model_classes(model, summary, command)

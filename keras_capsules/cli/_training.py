@@ -2,10 +2,12 @@
 
 `fit_callbacks` are the callbacks of a training session; `usable_backup`
 repairs or sets aside a damaged backup before Keras reads it; `previous_run`
-compares the options with those `run.json` recorded.
+compares the options with those `run.json` recorded, and `check_same_data`
+the data's fingerprint with the one it recorded.
 """
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -317,7 +319,8 @@ def previous_run(args):
     Returns 0 for a new run (or an interrupted one, which its backup resumes)
     and the number of epochs of a finished run, which `train` continues.
     Refuses, naming the options, a folder whose run was trained with other
-    settings, unless `--fresh` clears it first.
+    settings, unless `--fresh` clears it first. A `run.json` beside no model
+    and no backup (a run that ended before its first epoch) binds nothing.
     """
     config_path = os.path.join(args.output, "run.json")
     config = run_config(args)
@@ -329,7 +332,7 @@ def previous_run(args):
             elif os.path.exists(path):
                 os.remove(path)
     recorded = None
-    if os.path.exists(config_path):
+    if os.path.exists(config_path) and has_trained(args.output):
         try:
             with open(config_path) as f:
                 recorded = json.load(f)["options"]
@@ -363,3 +366,72 @@ def previous_run(args):
             return int(json.load(f)["epochs"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
+
+
+def has_trained(output):
+    """Whether `output` holds a run to resume or continue: a model or a backup with files."""
+    backup_dir = os.path.join(output, "backup")
+    return os.path.exists(os.path.join(output, "model.keras")) or bool(
+        os.path.isdir(backup_dir) and os.listdir(backup_dir)
+    )
+
+
+def builtin_fingerprint(name, module, train_count, test_count):
+    """The fingerprint of a built-in data set (`--data`): which, its sizes, its files' identity.
+
+    `module` is the data set's module; its `FILES` stand for the files: the
+    SHA-256 each file of MNIST and Fashion-MNIST is verified against as it is
+    read, the names of smallNORB's. The test images are recorded but not
+    compared: `--test-size` may change between sessions.
+    """
+    files = getattr(module, "FILES", None) or {}
+    identity = {
+        "data": name,
+        "train_images": int(train_count),
+        "files": dict(sorted(files.items())),
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    return {"kind": "data", "digest": digest, **identity, "test_images": int(test_count)}
+
+
+def data_changes(recorded, current):
+    """How the data of fingerprint `current` differs from the `recorded` one, or `None`."""
+    from keras_capsules.datasets import _folder_walk
+
+    if not isinstance(recorded, dict) or "digest" not in recorded:
+        return "its run.json records no fingerprint of the data it read, so it cannot be checked"
+    if recorded["digest"] == current["digest"]:
+        return None
+    if recorded.get("kind") != current["kind"]:
+        return "the run read other data"
+    if current["kind"] == "folder":
+        return _folder_walk.folder_changes(recorded, current)
+    if recorded.get("train_images") != current["train_images"]:
+        return (
+            f"{current['data']} has {current['train_images']} training images, the run's had "
+            f"{recorded.get('train_images')}"
+        )
+    return f"the files of {current['data']} changed"
+
+
+def check_same_data(args, fingerprint):
+    """Refuse to resume or continue the run in `args.output` if its data changed.
+
+    The change is named in one line (e.g. "class 'three' added"); a run with
+    nothing trained yet is not checked, and one whose `run.json` records no
+    fingerprint is refused too.
+    """
+    if not has_trained(args.output):
+        return
+    try:
+        with open(os.path.join(args.output, "run.json")) as f:
+            recorded = json.load(f).get("data")
+    except (OSError, ValueError, AttributeError):
+        recorded = None  # no readable record: nothing shows the data is the same
+    change = data_changes(recorded, fingerprint)
+    if change is not None:
+        raise SystemExit(
+            f"keras-capsules train: the data of the run in {args.output} changed since it was "
+            f"trained: {change}. Restore the data to resume or continue the run, choose another "
+            "--output, or pass --fresh to start over on this data (the run's files are deleted)."
+        )

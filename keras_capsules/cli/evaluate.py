@@ -8,9 +8,10 @@
 A preset is evaluated on the data set it was trained on. A `.keras` model
 whose input is a stereo pair (two channels) is evaluated on smallNORB from
 `--data-dir`, any other on MNIST. With `--images DIR` (one subfolder of
-images per class, named as the model's classes) the model is evaluated on
-those images, resized to its input size, and a table gives each class's
-accuracy by name.
+images per class, named as some or all of the model's classes) the model is
+evaluated on those images, resized to its input size, and a table gives each
+class's accuracy by name; with some of its classes, the accuracy is over
+those classes' images (each label the model's index of its folder's name).
 """
 
 import json
@@ -91,10 +92,17 @@ def _evaluate_images(model, args):
 
     args.image_size, args.color_mode = folder_size_and_colour(model, "evaluate")
     try:
-        summary = check_image_folder(args)
+        summary = check_image_folder(args, min_classes=1)  # some of the model's classes will do
     except ValueError as error:
         raise SystemExit(f"keras-capsules evaluate: {error}") from None
     names, order = model_classes(model, summary, "evaluate")
+    if len(summary.class_names) < len(names):
+        print(
+            f"{args.images} holds {len(summary.class_names)} of the model's {len(names)} "
+            f"classes: the accuracy is over their images (the model may still answer any of "
+            f"its {len(names)} classes)",
+            flush=True,
+        )
     dataset, _ = image_folder.load_folder(summary, args.batch_size, shuffle=False)
     scores, labels = [], []
     for images, folder_labels in dataset:

@@ -12,9 +12,9 @@ dynamic routing), `efficient-capsnet` (`EfficientCapsNet`, self-attention
 routing) or `matrix-capsnet` (`MatrixCapsNet`, EM routing). It trains on
 `--data` (MNIST by default, Fashion-MNIST, or smallNORB read from
 `--data-dir`), or on `--images DIR`: one subfolder of images per class,
-checked before anything is written (`keras_capsules.datasets.image_folder`)
-and read by Keras's `image_dataset_from_directory`, with `--validation-split`
-of the images held out to measure the accuracy. The class names (the
+checked file by file with the decoder training uses before anything is
+written, then read as checked (`keras_capsules.datasets.image_folder`), with
+`--validation-split` of the images held out to measure the accuracy. The class names (the
 folder's, or the data set's) are saved with the model. `--from-preset`
 starts from a trained preset of the same architecture: the layers that fit
 the new images are kept, the class capsules and the decoder are new, and
@@ -377,7 +377,8 @@ def _datasets(args, batch_size, summary=None):
     """`(train_dataset, test, train_count, test_count, spec)`: the data and the model it needs.
 
     `test` is `(x_test, y_test)` or a test dataset; `spec` holds the model's
-    `input_shape`, `class_names` and `rescale`. A folder that cannot be read,
+    `input_shape`, `class_names` and `rescale`, and the data's `fingerprint`
+    (`run.json` records it; a resume checks it). A folder that cannot be read,
     or holds no training or test images, ends the command with one line that
     says so. `summary` is `--images`' `FolderSummary`, checked already.
     """
@@ -395,20 +396,26 @@ def _check_not_empty(args, x_train, x_test):
             raise ValueError(f"{args.data_dir or 'the data'} holds no {split} images")
 
 
-def check_image_folder(args):
-    """The `image_folder.FolderSummary` of `--images`, checked file by file with a progress bar."""
+def check_image_folder(args, min_classes=2):
+    """The `image_folder.FolderSummary` of `--images`, checked file by file with a progress bar.
+
+    The folder is listed once; the files listed are those checked, in the
+    order training reads them (`image_folder.check_folder`). `min_classes`
+    is the fewest class folders accepted (1 for `evaluate`).
+    """
     import keras
 
     from keras_capsules.datasets import image_folder
 
-    total = image_folder.count_files(args.images)
+    listing = image_folder.list_folder(args.images, min_classes=min_classes)
+    total = listing.total
     verbose = getattr(args, "verbose", 1)
     progress = None
     if verbose and total:
         print(f"Checking the {total} images in {args.images}", flush=True)
         progress = keras.utils.Progbar(total, verbose=verbose)
     summary = image_folder.check_folder(
-        args.images,
+        listing,
         image_size=args.image_size,
         color_mode=args.color_mode,
         skip_bad_images=getattr(args, "skip_bad_images", False),
@@ -423,7 +430,7 @@ def check_image_folder(args):
     if summary.skipped:
         print(
             f"Skipped {len(summary.skipped)} file(s) that cannot be decoded, e.g. "
-            f"{summary.skipped[0]}",
+            f"{image_folder.shown(summary.skipped[0])}",
             flush=True,
         )
     return summary
@@ -445,6 +452,7 @@ def _image_datasets(args, batch_size, summary):
         "input_shape": (*summary.image_size, summary.channels),
         "class_names": summary.class_names,
         "rescale": 1.0 / 255.0,
+        "fingerprint": summary.fingerprint,
     }
     return train_ds, test_ds, summary.images - held_out, held_out, spec
 
@@ -460,6 +468,9 @@ def _read_datasets(args, batch_size):
         train_ds = smallnorb.training_pipeline(x_train, y_train, batch_size, seed=args.seed)
         test_ds = smallnorb.test_pipeline(x_test, y_test, batch_size)
         spec = {"input_shape": (32, 32, 2), "class_names": smallnorb.CLASS_NAMES, "rescale": None}
+        spec["fingerprint"] = _training.builtin_fingerprint(
+            args.data, smallnorb, len(x_train), len(x_test)
+        )
         return train_ds, test_ds, len(x_train), len(x_test), spec
     from keras_capsules import datasets
     from keras_capsules.datasets import mnist
@@ -474,6 +485,7 @@ def _read_datasets(args, batch_size):
     )
     names = getattr(data, "CLASS_NAMES", tuple(str(digit) for digit in range(10)))
     spec = {"input_shape": (28, 28, 1), "class_names": tuple(names), "rescale": 1.0 / 255.0}
+    spec["fingerprint"] = _training.builtin_fingerprint(args.data, data, len(x_train), len(x_test))
     return train_ds, (x_test[..., None], y_test), len(x_train), len(x_test), spec
 
 
@@ -638,9 +650,7 @@ def _run(args, summary, em_settings):
             if args.seed is not None:
                 keras.utils.set_random_seed(args.seed)
             dataset, test, train_count, test_count, spec = _datasets(args, batch_size, summary)
-            write_json(
-                os.path.join(args.output, "run.json"), {"options": _training.run_config(args)}
-            )
+            _training.check_same_data(args, spec["fingerprint"])  # before a resume reads it
             keras.mixed_precision.set_dtype_policy(args.precision)
             replicas = 1
             if engine is not None:
@@ -656,6 +666,7 @@ def _run(args, summary, em_settings):
             steps_per_execution = 1 if _multi_process(args) else args.steps_per_execution
             if steps_per_execution not in (None, model.steps_per_execution):
                 compile_again(model, steps_per_execution=steps_per_execution)
+            _write_run(args, spec["fingerprint"])  # the model built, the data checked
             results, *seconds, counter = _fit_and_evaluate(
                 args, model, dataset, test, train_count, batch_size, initial_epoch=finished
             )
@@ -735,4 +746,17 @@ def _report(args, results, train_count, test_count, batch_size, replicas, counte
     print(
         f"Model: {os.path.join(args.output, 'model.keras')}; metrics: "
         f"{os.path.join(args.output, 'metrics.json')}"
+    )
+
+
+def _write_run(args, fingerprint):
+    """Write `OUTPUT/run.json`: the run's options and the fingerprint of its data.
+
+    Written once the model is built and the data checked, so that a command
+    that failed before (a bad preset, a bad image) leaves nothing that
+    refuses the corrected command.
+    """
+    write_json(
+        os.path.join(args.output, "run.json"),
+        {"options": _training.run_config(args), "data": fingerprint},
     )

@@ -4,28 +4,46 @@
         daisy/     0001.jpg 0002.png ...
         tulip/     a.bmp b.gif ...
 
-`check_folder` looks at every image before anything is trained or written: it
-names the folder that is missing, the class folder that is empty, the file
-that cannot be decoded, or the image whose decoding would need gigabytes,
-and chooses an image size and colour mode the images agree on. `load_folder`
-then reads the images with Keras's own `keras.utils.image_dataset_from_directory`
-(PNG, JPEG, BMP and GIF, any size, grey, RGB or RGBA), resized to one size,
-as `tf.data` pipelines of uint8-valued pixels in [0, 255], the range the
-applications take.
+One walk and one decoder: `check_folder` lists the folder once
+(`list_folder`: the class folders sorted, then their files in Keras's
+order, symlinked folders followed, a symlink loop refused) and decodes every
+file with TensorFlow's `tf.io.decode_image`, as training does, before
+anything is trained or written. It names the folder that is missing, the
+class folder that is empty, the file that TensorFlow cannot decode, or the
+image whose decoding would need gigabytes, and chooses an image size and
+colour mode the images agree on; its summary holds the files it accepted.
+`load_folder` reads exactly those files, decoded the same way and resized
+to one size (PNG, JPEG, BMP and GIF, any size, grey, RGB or RGBA), as
+`tf.data` pipelines of float32 pixel values in [0, 255], the range the
+applications take, with Keras's `image_dataset_from_directory`'s split.
 """
 
 import collections
 import dataclasses
 import os
+import struct
 
-EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
-"""The files `image_dataset_from_directory` reads; it passes over any other."""
+from keras_capsules.datasets._folder_walk import EXTENSIONS
+from keras_capsules.datasets._folder_walk import Listing
+from keras_capsules.datasets._folder_walk import fingerprint
+from keras_capsules.datasets._folder_walk import list_folder
+from keras_capsules.datasets._folder_walk import shown
+
+__all__ = [
+    "EXTENSIONS",
+    "MAX_PIXELS",
+    "FolderSummary",
+    "Listing",
+    "check_folder",
+    "count_files",
+    "list_folder",
+    "load_folder",
+    "shown",
+]
 
 MAX_PIXELS = 40_000_000
 """The largest image read, in pixels (width x height): 40 megapixels decode to 160 MB as
 RGBA; a larger one is refused before it is decoded."""
-
-_GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +59,12 @@ class FolderSummary:
             `"grayscale"` when every image is grey.
         skipped: the unreadable files passed over (with `skip_bad_images`).
         ignored: files that are no image of a readable kind (by their
-            extension), which Keras passes over too.
+            extension), passed over.
+        files: the readable images' paths, class by class in the walk's
+            order: what `load_folder` reads.
+        labels: each file's class index in `class_names`.
+        fingerprint: what the folder holds (`_folder_walk.fingerprint`),
+            which `train` records in `run.json`.
     """
 
     directory: str
@@ -51,6 +74,9 @@ class FolderSummary:
     color_mode: str
     skipped: tuple = ()
     ignored: int = 0
+    files: tuple = dataclasses.field(default=(), repr=False)
+    labels: tuple = dataclasses.field(default=(), repr=False)
+    fingerprint: dict = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def images(self):
@@ -63,76 +89,136 @@ class FolderSummary:
         return 1 if self.color_mode == "grayscale" else 3
 
 
-def _image_files(folder):
-    """`(images, others)`: the image files under `folder` (any depth), sorted, and a count."""
-    images, others = [], 0
-    for root, _, files in sorted(os.walk(folder, followlinks=True)):
-        for name in sorted(files):
-            if name.lower().endswith(EXTENSIONS):
-                images.append(os.path.join(root, name))
-            elif not name.startswith("."):
-                others += 1
-    return images, others
-
-
 class _TooLarge(ValueError):
     """An image too large to decode: refused even where unreadable files are skipped."""
 
 
-def _inspect(path):
-    """`((height, width), grey)` of the image at `path`; a `ValueError` naming what is wrong."""
-    from PIL import Image
-
-    bomb_limit = Image.MAX_IMAGE_PIXELS
-    Image.MAX_IMAGE_PIXELS = None  # the size is checked below, with the file's name
+def _tensorflow():
     try:
-        with Image.open(path) as image:
-            Image.MAX_IMAGE_PIXELS = bomb_limit
-            width, height = image.size
-            if width * height > MAX_PIXELS:
-                raise _TooLarge(
-                    f"{path} is {width}x{height} pixels: decoding it would take "
-                    f"{width * height * 4 / 1e9:.1f} GB. Shrink it, or remove it "
-                    f"(images up to {MAX_PIXELS // 1_000_000} megapixels are read)"
-                )
-            grey = image.mode in _GREY_MODES or (image.mode == "P" and _palette_is_grey(image))
-            image.load()  # decodes every pixel: a truncated or corrupt file fails here
-    except ValueError:
-        raise
-    except Exception as error:  # PIL raises many kinds for a bad file
-        raise ValueError(f"{path} cannot be read as an image: {error}") from None
-    finally:
-        Image.MAX_IMAGE_PIXELS = bomb_limit
+        import tensorflow as tf
+    except ImportError:
+        raise ValueError(
+            "reading a folder of images needs TensorFlow, which decodes them: "
+            "pip install tensorflow"
+        ) from None
+    return tf
+
+
+def _decode(contents):
+    """The image of the encoded `contents`, as training decodes it: uint8, three channels."""
+    tf = _tensorflow()
+    return tf.io.decode_image(contents, channels=3, expand_animations=False)
+
+
+def _header_size(contents):
+    """`(width, height)` that a PNG, GIF, BMP or JPEG header claims, or `None`."""
+    try:
+        if contents[:8] == b"\x89PNG\r\n\x1a\n":
+            return struct.unpack(">II", contents[16:24])
+        if contents[:4] == b"GIF8":
+            return struct.unpack("<HH", contents[6:10])
+        if contents[:2] == b"BM":
+            if struct.unpack("<I", contents[14:18])[0] == 12:
+                return struct.unpack("<HH", contents[18:22])
+            width, height = struct.unpack("<ii", contents[18:26])
+            return abs(width), abs(height)
+    except struct.error:
+        return None
+    if contents[:2] == b"\xff\xd8":
+        tf = _tensorflow()
+        try:
+            height, width, _ = (int(d) for d in tf.io.extract_jpeg_shape(contents))
+        except tf.errors.OpError:
+            return None  # the decoder names the fault
+        return width, height
+    return None
+
+
+def _too_large(path, width, height):
+    if width * height > MAX_PIXELS:
+        raise _TooLarge(
+            f"{shown(path)} is {width}x{height} pixels: decoding it would take "
+            f"{width * height * 4 / 1e9:.1f} GB. Shrink it, or remove it "
+            f"(images up to {MAX_PIXELS // 1_000_000} megapixels are read)"
+        )
+
+
+def _op_message(error):
+    """TensorFlow's message without its op's name and brackets."""
+    text = str(getattr(error, "message", error)).strip()
+    if text.startswith("{{"):
+        text = text.split("}}", 1)[-1].strip()
+    return text.split(" [Op:", 1)[0].strip().rstrip(".")
+
+
+def _inspect(path):
+    """`((height, width), grey)` of the image at `path`, decoded as training decodes it.
+
+    A `ValueError` names what is wrong: a file that cannot be read, or that
+    TensorFlow cannot decode; `_TooLarge` an image over `MAX_PIXELS`.
+    """
+    tf = _tensorflow()
+    try:
+        with open(path, "rb") as f:
+            contents = f.read()
+    except OSError as error:
+        raise ValueError(
+            f"{shown(path)} cannot be read as an image: {error.strerror or error}"
+        ) from None
+    size = _header_size(contents)
+    if size is not None:
+        _too_large(path, *size)
+    try:
+        image = _decode(contents).numpy()
+    except tf.errors.OpError as error:
+        raise ValueError(
+            f"{shown(path)} cannot be read as an image: TensorFlow, which training decodes "
+            f"with, cannot decode it ({_op_message(error)})"
+        ) from None
+    height, width = image.shape[:2]
+    _too_large(path, width, height)
+    grey = bool((image[..., 0] == image[..., 1]).all() and (image[..., 1] == image[..., 2]).all())
     return (height, width), grey
 
 
-def _palette_is_grey(image):
-    colours = image.convert("RGB").getcolors(maxcolors=1 << 16) or []
-    return all(r == g == b for _, (r, g, b) in colours)
-
-
-def check_folder(directory, image_size=None, color_mode=None, skip_bad_images=False, progress=None):
+def check_folder(
+    directory,
+    image_size=None,
+    color_mode=None,
+    skip_bad_images=False,
+    progress=None,
+    min_classes=2,
+):
     """Check a folder of class subfolders of images before anything is trained on it.
+
+    Every file training would read is listed once (`list_folder`) and
+    decoded by TensorFlow as training decodes it, in training's order.
 
     Args:
         directory: the folder; each subfolder is a class, named by its name.
+            Or the `Listing` that `list_folder` made of it.
         image_size: `(height, width)` to resize every image to; by default the
             commonest size among the images.
         color_mode: `"grayscale"` or `"rgb"`; by default `"grayscale"` when
-            every image is grey, else `"rgb"` (RGBA loses its alpha).
+            every image is grey (its three decoded channels equal), else
+            `"rgb"` (RGBA loses its alpha).
         skip_bad_images: pass over files that cannot be decoded, counting
-            them in `skipped`, instead of stopping at the first.
+            them in `skipped`, instead of stopping at the first; `load_folder`
+            leaves them out.
         progress: a `keras.utils.Progbar` (or any object with `add(n)`)
             advanced by one for each file inspected, or `None`.
+        min_classes: the fewest class folders accepted (2 for a classifier
+            to train; 1 to evaluate on some of a model's classes).
 
     Returns:
         A `FolderSummary`.
 
     Raises:
         ValueError: naming the folder or file: a missing folder, no class
-            subfolders or only one, a class folder with no images, an image
-            that cannot be decoded (without `skip_bad_images`), an image of
-            more than `MAX_PIXELS` pixels, a bad `image_size` or `color_mode`.
+            subfolders or too few, a class folder with no images, a symlink
+            loop, an image that cannot be decoded (without
+            `skip_bad_images`), an image of more than `MAX_PIXELS` pixels, a
+            bad `image_size` or `color_mode`.
 
     Example:
 
@@ -147,24 +233,6 @@ def check_folder(directory, image_size=None, color_mode=None, skip_bad_images=Fa
     >>> summary.class_names, summary.counts, summary.image_size, summary.color_mode
     (('blue', 'red'), (1, 1), (10, 20), 'rgb')
     """
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        raise ValueError(f"No folder {directory}: it should hold one subfolder of images per class")
-    classes = sorted(
-        name
-        for name in os.listdir(directory)
-        if os.path.isdir(os.path.join(directory, name)) and not name.startswith(".")
-    )
-    if not classes:
-        raise ValueError(
-            f"{directory} holds no class folders: put each class's images in a subfolder "
-            "named after the class"
-        )
-    if len(classes) < 2:
-        raise ValueError(
-            f"{directory} holds one class folder ({classes[0]}): a classifier needs two "
-            "classes or more"
-        )
     if color_mode not in (None, "grayscale", "rgb"):
         raise ValueError(f"`color_mode` must be 'grayscale' or 'rgb'. Received: {color_mode!r}")
     if image_size is not None:
@@ -173,18 +241,12 @@ def check_folder(directory, image_size=None, color_mode=None, skip_bad_images=Fa
             raise ValueError(
                 f"`image_size` must be (height, width), positive integers. Received: {image_size!r}"
             )
-    files = {name: _image_files(os.path.join(directory, name)) for name in classes}
-    empty = [name for name, (images, _) in files.items() if not images]
-    if empty:
-        raise ValueError(
-            f"The class folder {os.path.join(directory, empty[0])} holds no images "
-            f"({', '.join(EXTENSIONS)})"
-            + (f"; {len(empty) - 1} more are empty" if empty[1:] else "")
-        )
+    listing = directory if isinstance(directory, Listing) else list_folder(directory, min_classes)
     sizes, counts, skipped, all_grey = collections.Counter(), [], [], True
-    for name in classes:
+    files, labels = [], []
+    for label, (name, paths) in enumerate(zip(listing.class_names, listing.files)):
         count = 0
-        for path in files[name][0]:
+        for path in paths:
             try:
                 size, grey = _inspect(path)
             except _TooLarge:
@@ -202,11 +264,13 @@ def check_folder(directory, image_size=None, color_mode=None, skip_bad_images=Fa
                     progress.add(1)
             sizes[size] += 1
             all_grey = all_grey and grey
+            files.append(path)
+            labels.append(label)
             count += 1
         if not count:
             raise ValueError(
-                f"The class folder {os.path.join(directory, name)} holds no readable images "
-                f"({len(files[name][0])} could not be decoded)"
+                f"The class folder {os.path.join(listing.directory, name)} holds no readable "
+                f"images ({len(paths)} could not be decoded)"
             )
         counts.append(count)
     if image_size is None:
@@ -214,91 +278,109 @@ def check_folder(directory, image_size=None, color_mode=None, skip_bad_images=Fa
     if color_mode is None:
         color_mode = "grayscale" if all_grey else "rgb"
     return FolderSummary(
-        directory=directory,
-        class_names=tuple(classes),
+        directory=listing.directory,
+        class_names=listing.class_names,
         counts=tuple(counts),
         image_size=tuple(image_size),
         color_mode=color_mode,
         skipped=tuple(skipped),
-        ignored=sum(others for _, others in files.values()),
+        ignored=listing.ignored,
+        files=tuple(files),
+        labels=tuple(labels),
+        fingerprint=fingerprint(listing, counts, skipped),
     )
 
 
 def count_files(directory):
-    """The number of image files under `directory`'s class folders (for a progress bar)."""
-    if not os.path.isdir(directory):
+    """The number of image files under `directory`'s class folders (for a progress bar).
+
+    The files `check_folder` inspects: 0 where the folder cannot be listed.
+    """
+    try:
+        return list_folder(directory, min_classes=1).total
+    except ValueError:
         return 0
-    return sum(
-        len(_image_files(os.path.join(directory, name))[0])
-        for name in os.listdir(directory)
-        if os.path.isdir(os.path.join(directory, name))
-    )
+
+
+def _shuffled(items, seed):
+    """`items` in the order Keras's `index_directory` shuffles them for `seed`."""
+    import numpy as np
+
+    items = list(items)
+    np.random.RandomState(seed).shuffle(items)
+    return items
 
 
 def load_folder(summary, batch_size=32, validation_split=None, seed=None, shuffle=True):
-    """`(train, validation)`: `tf.data` pipelines of the folder `check_folder` summarised.
+    """`(train, validation)`: `tf.data` pipelines of the files `check_folder` accepted.
 
     Each yields `(images, labels)` batches: images `(batch, height, width,
     channels)` as float32 pixel values in [0, 255] (what the applications
-    take), labels int32 class indices in `summary.class_names`' order. The
-    images are read by `keras.utils.image_dataset_from_directory`, resized
-    to `summary.image_size` (bilinear, the aspect ratio not kept), files
-    `check_folder` skipped left out.
+    take), labels int32 class indices in `summary.class_names`' order. Each
+    of `summary.files` is decoded as `check_folder` decoded it (three
+    channels), resized to `summary.image_size` (bilinear, the aspect ratio
+    not kept) and made grey where `summary.color_mode` is; files
+    `check_folder` skipped are not read.
 
     Args:
         summary: a `FolderSummary` from `check_folder`.
         batch_size: images per batch.
         validation_split: the fraction of the images held out for
-            validation (Keras's split: the same files for the same seed),
-            or `None` for none (`validation` is then `None`).
+            validation (Keras's split: the files shuffled by `seed`, the last
+            fraction held out, so the same files for the same seed), or
+            `None` for none (`validation` is then `None`).
         seed: the shuffle and split seed (0 when `None` and a split is asked for).
-        shuffle: shuffle the training images each epoch.
+        shuffle: shuffle the training images each epoch (always, with a split).
     """
-    import keras
-    import tensorflow as tf
+    import numpy as np
 
+    tf = _tensorflow()
     if validation_split is not None and not 0 < validation_split < 1:
         raise ValueError(
             f"`validation_split` must be in (0, 1). Received: validation_split={validation_split!r}"
         )
-    if validation_split is not None and seed is None:
-        seed = 0
-    options = dict(
-        labels="inferred",
-        label_mode="int",
-        class_names=list(summary.class_names),
-        # Read as RGB, which TensorFlow decodes from every format (it decodes no GIF
-        # to one channel), then made grey below where the folder is grey.
-        color_mode="rgb",
-        batch_size=None,  # batched below, after any unreadable file is dropped
-        image_size=summary.image_size,
-        seed=seed,
-        verbose=False,
-    )
-    if validation_split is None:
+    if validation_split is not None:
+        shuffle, seed = True, 0 if seed is None else seed
+    if shuffle and seed is None:
+        seed = int(np.random.randint(1e6))
+    paths = [os.fsencode(path) for path in summary.files]  # any file name, as bytes
+    labels = list(summary.labels)
+    if shuffle:
+        paths, labels = _shuffled(paths, seed), _shuffled(labels, seed)
+    splits = [(paths, labels, shuffle), None]
+    if validation_split is not None:
+        held_out = int(validation_split * len(paths))
+        if held_out in (0, len(paths)):
+            raise ValueError(
+                f"`validation_split` {validation_split} of {len(paths)} images leaves no "
+                "training or no validation images"
+            )
         splits = [
-            keras.utils.image_dataset_from_directory(summary.directory, shuffle=shuffle, **options),
-            None,
+            (paths[:-held_out], labels[:-held_out], True),
+            (paths[-held_out:], labels[-held_out:], False),
         ]
-    else:
-        splits = keras.utils.image_dataset_from_directory(
-            summary.directory,
-            shuffle=True,
-            validation_split=validation_split,
-            subset="both",
-            **options,
-        )
+        print(f"Using {len(paths) - held_out} files for training.", flush=True)  # as Keras says
+        print(f"Using {held_out} files for validation.", flush=True)
+    image_size, grey = tuple(summary.image_size), summary.color_mode == "grayscale"
+
+    def load(path, label):
+        image = tf.image.resize(_decode(tf.io.read_file(path)), image_size, method="bilinear")
+        image.set_shape((*image_size, 3))
+        if grey:
+            image = tf.image.rgb_to_grayscale(image)
+        return image, label
+
     pipelines = []
     for split in splits:
         if split is None:
             pipelines.append(None)
             continue
-        if summary.skipped:
-            split = split.ignore_errors()
-        if summary.color_mode == "grayscale":
-            split = split.map(
-                lambda images, labels: (tf.image.rgb_to_grayscale(images), labels),
-                num_parallel_calls=tf.data.AUTOTUNE,
-            )
-        pipelines.append(split.batch(batch_size).prefetch(tf.data.AUTOTUNE))
+        split_paths, split_labels, shuffled = split
+        dataset = tf.data.Dataset.from_tensor_slices(
+            (tf.constant(split_paths, tf.string), tf.constant(split_labels, tf.int32))
+        )
+        if shuffled:
+            dataset = dataset.shuffle(1024, seed=seed)
+        dataset = dataset.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+        pipelines.append(dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE))
     return tuple(pipelines)

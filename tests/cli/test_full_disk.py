@@ -148,6 +148,7 @@ def test_a_killed_runs_temporary_files_are_removed_at_the_next_start(tmp_path, c
         (output / f".1.{dead.pid}.partial").mkdir()  # a folder (an export's version)
         left.append(f".1.{dead.pid}.partial")
         (output / "run.json").write_text(json.dumps({"options": {"model": "other"}}))
+        (output / "model.keras").write_bytes(b"")  # a run that trained: its options bind
         with pytest.raises(SystemExit, match="other options"):  # refused after the clean-up
             cli.main(["train", "capsnet", "--output", str(output)])
         printed = capsys.readouterr().out

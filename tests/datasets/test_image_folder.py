@@ -26,9 +26,12 @@ def _png_header(path, width, height):
 
 
 def _write(path, size, mode, value):
-    """An image of `size` (width, height) and `mode` filled with `value`, in `path`'s format."""
+    """An image of `size` (width, height) and `mode` filled with `value`, in `path`'s format.
+
+    Grey for modes "L" and "P"; a colour (its channels unequal) for "RGB" and "RGBA".
+    """
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    colour = value if mode in ("L", "P") else (value,) * len(mode)
+    colour = value if mode in ("L", "P") else (value, value // 2, 255 - value, 255)[: len(mode)]
     Image.new(mode, size, colour).save(path)
 
 
@@ -161,3 +164,179 @@ def test_keras_reads_the_folder_at_one_size_with_names_in_order(tmp_path):
     assert next(iter(train))[0].shape[-1] == 1
     with pytest.raises(ValueError, match="validation_split"):
         image_folder.load_folder(summary, validation_split=1.0)
+
+
+def _grey_pngs(folder, count, value=100, size=(12, 12)):
+    """`count` small grey PNG files in `folder`."""
+    os.makedirs(folder, exist_ok=True)
+    for i in range(count):
+        Image.fromarray(np.full(size[::-1], value + i, "uint8")).save(f"{folder}/{i}.png")
+
+
+def test_a_symlink_loop_is_refused_in_one_line(tmp_path):
+    root = str(tmp_path / "root")
+    for name in ("zero", "one"):
+        _grey_pngs(f"{root}/{name}", 2)
+    os.symlink("..", f"{root}/zero/up")  # zero/up/zero/up/... once read 1,640 images
+    with pytest.raises(ValueError, match=r"zero[/\\]up leads back to .*root.*symlink loop") as e:
+        image_folder.check_folder(root)
+    assert "\n" not in str(e.value)
+
+
+def test_self_links_are_refused_at_once(tmp_path):
+    import time
+
+    root = str(tmp_path / "root")
+    for name in ("zero", "one"):
+        _grey_pngs(f"{root}/{name}", 2)
+    os.symlink(".", f"{root}/zero/l1")  # two of them: a walk that followed them is exponential
+    os.symlink(".", f"{root}/zero/l2")
+    start = time.time()
+    with pytest.raises(ValueError, match="symlink loop"):
+        image_folder.check_folder(root)
+    assert time.time() - start < 5
+
+
+def test_a_folder_reached_twice_through_symlinks_is_refused(tmp_path):
+    root = str(tmp_path / "root")
+    _grey_pngs(f"{root}/zero", 2)
+    _grey_pngs(f"{tmp_path}/elsewhere", 2)
+    os.makedirs(f"{root}/one")
+    os.symlink(f"{tmp_path}/elsewhere", f"{root}/one/a")
+    os.symlink(f"{tmp_path}/elsewhere", f"{root}/one/b")
+    with pytest.raises(ValueError, match=r"one[/\\]b is the folder .*one[/\\]a again"):
+        image_folder.check_folder(root)
+
+
+@requires_tensorflow
+def test_a_class_in_a_symlinked_folder_is_checked_and_read(tmp_path):
+    root = str(tmp_path / "root")
+    _grey_pngs(f"{root}/zero", 3)
+    _grey_pngs(f"{tmp_path}/shared/ones", 2, value=200)
+    os.makedirs(f"{root}/one")
+    os.symlink(f"{tmp_path}/shared/ones", f"{root}/one/linked")  # its only images
+    summary = image_folder.check_folder(root)
+    assert summary.class_names == ("one", "zero") and summary.counts == (2, 3)
+    train, _ = image_folder.load_folder(summary, batch_size=8, shuffle=False)
+    labels = np.concatenate([np.asarray(y) for _, y in train])
+    assert labels.tolist() == [0, 0, 1, 1, 1]  # what the check counted, in its order
+
+
+def _pillow_only(path, kind):
+    """A file Pillow reads but TensorFlow cannot decode, under an image extension."""
+    pixels = np.random.default_rng(0).integers(0, 255, (16, 16, 3)).astype("uint8")
+    image = Image.fromarray(pixels)
+    if kind == "bmp_1bit":
+        image = image.convert("1")
+    formats = {"tiff": "TIFF", "bmp_1bit": "BMP", "ico": "ICO", "ppm": "PPM", "tga": "TGA"}
+    image.save(path, formats[kind])
+    with Image.open(path) as reopened:  # Pillow reads it back
+        reopened.load()
+
+
+# A TIFF named .jpg, a 1-bit BMP, an ICO named .png, a PPM named .bmp; and a TGA named .png.
+PILLOW_ONLY = [
+    ("tiff", "a.jpg"),
+    ("bmp_1bit", "b.bmp"),
+    ("ico", "c.png"),
+    ("ppm", "d.bmp"),
+    ("tga", "e.png"),
+]
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("kind, name", PILLOW_ONLY)
+def test_files_tensorflow_cannot_decode_are_named_before_training(tmp_path, kind, name):
+    root = str(tmp_path / "root")
+    for label in ("zero", "one"):
+        _grey_pngs(f"{root}/{label}", 2)
+    _pillow_only(f"{root}/one/{name}", kind)
+    with pytest.raises(ValueError, match=rf"one[/\\]{name} cannot be read as an image: TensorF"):
+        image_folder.check_folder(root)
+
+
+@requires_tensorflow
+def test_skipped_undecodable_files_are_not_read(tmp_path):
+    root = str(tmp_path / "root")
+    for label in ("zero", "one"):
+        _grey_pngs(f"{root}/{label}", 3)
+    for kind, name in PILLOW_ONLY:
+        _pillow_only(f"{root}/one/{name}", kind)
+    summary = image_folder.check_folder(root, skip_bad_images=True)
+    assert summary.counts == (3, 3) and len(summary.skipped) == len(PILLOW_ONLY)
+    for split in image_folder.load_folder(summary, batch_size=4, validation_split=0.5, seed=1):
+        assert sum(int(np.asarray(y).shape[0]) for _, y in split) == 3  # no decoding error
+
+
+@requires_tensorflow
+def test_the_check_lists_keras_files_in_keras_order_and_split(tmp_path):
+    import keras
+
+    root = mixed_folder(str(tmp_path / "root"))
+    _grey_pngs(f"{root}/dog/deeper/more", 3)
+    _grey_pngs(f"{root}/dog/deeper-by-name", 2)  # sorts before deeper/ as Keras sorts paths
+    summary = image_folder.check_folder(root)
+    options = dict(class_names=list(summary.class_names), batch_size=None, verbose=False)
+    keras_order = keras.utils.image_dataset_from_directory(root, shuffle=False, **options)
+    assert list(summary.files) == keras_order.file_paths
+    keras_train, keras_validation = keras.utils.image_dataset_from_directory(
+        root, validation_split=0.3, subset="both", seed=5, **options
+    )
+    train, validation = image_folder.load_folder(summary, validation_split=0.3, seed=5)
+    keras_labels = [int(y) for _, y in keras_validation]
+    assert [int(y) for _, labels in validation for y in labels] == keras_labels
+    assert sum(int(np.asarray(y).shape[0]) for _, y in train) == len(keras_train.file_paths)
+
+
+def test_a_class_folder_named_in_no_utf8_is_named_by_its_bytes(tmp_path):
+    root = str(tmp_path / "root")
+    _grey_pngs(f"{root}/zero", 2)
+    folder = os.path.join(os.fsencode(root), b"caf\xe9")
+    os.makedirs(folder)
+    _grey_pngs(os.fsdecode(folder), 2)
+    with pytest.raises(ValueError, match=r"class folder b'caf\\xe9' in .* not UTF-8") as e:
+        image_folder.check_folder(root)
+    assert "\n" not in str(e.value)
+
+
+def _fingerprint(root):
+    return image_folder.check_folder(root).fingerprint
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ("add", "class 'three' added"),
+        ("rename", "class 'two' renamed 'deux'"),
+        ("remove", "class 'two' renamed or removed"),
+        ("swap", "classes reordered ('one' holds what 'two' held, 'two' holds what 'one' held)"),
+        ("modify", "1 file changed in class 'one' (1 modified)"),
+        ("replace", "2 files changed in class 'two' (1 added, 1 removed)"),
+    ],
+)
+def test_the_fingerprint_names_what_changed(tmp_path, change, expected):
+    from keras_capsules.datasets import _folder_walk
+
+    root = str(tmp_path / "root")
+    for value, name in ((10, "one"), (90, "two"), (170, "zero")):
+        _grey_pngs(f"{root}/{name}", 3, value=value)
+    before = _fingerprint(root)
+    assert before["classes"] == ["one", "two", "zero"] and before["counts"] == [3, 3, 3]
+    assert _folder_walk.folder_changes(before, _fingerprint(root)) is None
+    if change == "add":
+        _grey_pngs(f"{root}/three", 2)
+    elif change == "rename":
+        os.rename(f"{root}/two", f"{root}/deux")
+    elif change == "remove":
+        for name in os.listdir(f"{root}/two"):
+            os.remove(f"{root}/two/{name}")
+        os.rmdir(f"{root}/two")
+    elif change == "swap":
+        os.rename(f"{root}/one", f"{root}/tmp")
+        os.rename(f"{root}/two", f"{root}/one")
+        os.rename(f"{root}/tmp", f"{root}/two")
+    elif change == "modify":  # the same name, other pixels and size
+        Image.fromarray(np.zeros((20, 20), "uint8")).save(f"{root}/one/1.png")
+    elif change == "replace":
+        os.rename(f"{root}/two/0.png", f"{root}/two/zero.png")
+    assert _folder_walk.folder_changes(before, _fingerprint(root)) == expected
