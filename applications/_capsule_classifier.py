@@ -6,7 +6,6 @@ from keras import ops
 
 from applications._defaults import DefaultCompile
 from applications._defaults import own_loss
-from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
 from applications._losses import batch_mean
 from applications._losses import with_penalties
@@ -23,7 +22,6 @@ from keras_capsules.losses import ReconstructionLoss
 class CapsuleClassifier(
     PresetMixin,
     DefaultCompile,
-    PortableExport,
     CapsulePredictions,
     InputRangeCheck,
     keras.Model,

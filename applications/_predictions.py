@@ -8,11 +8,9 @@ class CapsulePredictions:
     """A mixin for models whose outputs are a dict of class scores and class poses.
 
     `predict` keeps `keras.Model.predict`'s signature and returns the class
-    scores (`SCORES`, the model's key for them); `predict_poses` returns the
+    scores (`"probabilities"`, as every classifier names them); `predict_poses` returns the
     class capsules' poses and `predict_outputs` the whole dict.
     """
-
-    SCORES = "probabilities"
 
     def _prediction_inputs(self, x):
         return x
@@ -51,4 +49,4 @@ class CapsulePredictions:
         `predict_poses` gives the class capsules' poses and `predict_outputs`
         every output.
         """
-        return self.predict_outputs(x, batch_size, verbose, steps, callbacks)[self.SCORES]
+        return self.predict_outputs(x, batch_size, verbose, steps, callbacks)["probabilities"]

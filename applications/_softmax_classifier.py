@@ -3,12 +3,11 @@
 import keras
 
 from applications._defaults import DefaultCompile
-from applications._export import PortableExport
 from applications._inputs import InputRangeCheck
 from keras_capsules._validation import check_model_arguments
 
 
-class SoftmaxClassifier(DefaultCompile, PortableExport, InputRangeCheck, keras.Model):
+class SoftmaxClassifier(DefaultCompile, InputRangeCheck, keras.Model):
     """A functional model from images to class probabilities, trained with cross-entropy.
 
     A subclass builds its graph from `images` to `probabilities` and hands

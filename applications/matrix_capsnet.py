@@ -5,7 +5,6 @@ from applications._classes import resolve_classes
 from applications._defaults import DefaultCompile
 from applications._defaults import dtype_policy
 from applications._defaults import own_loss
-from applications._export import PortableExport
 from applications._inputs import PIXELS
 from applications._inputs import InputRangeCheck
 from applications._inputs import check_rescale
@@ -34,7 +33,6 @@ class MatrixCapsNet(
     BackboneView,
     PresetMixin,
     DefaultCompile,
-    PortableExport,
     CapsulePredictions,
     InputRangeCheck,
     keras.Model,
@@ -57,9 +55,12 @@ class MatrixCapsNet(
     paper's "68K". The paper does not list its count exactly; the layers
     above are its architecture as described.
 
-    Outputs are a dict: `"activations"` (class capsule activations in (0, 1),
+    Outputs are a dict: `"probabilities"` (class capsule activations in (0, 1),
     what the model predicts with) and `"poses"` (`(batch, num_classes, 16)`,
-    flattened 4x4 matrices); `predict` returns the activations,
+    flattened 4x4 matrices): the scores of every classifier are named
+    `"probabilities"`, and a class capsule's activation is the probability
+    that its entity is present, as the paper has it. `predict` returns the
+    activations,
     `predict_poses` the poses and `predict_outputs` both. The loss is the
     spread loss of the activations at the margin `spread_margin`, a number
     or a schedule of the optimizer's step, which the loss computation reads
@@ -136,14 +137,13 @@ class MatrixCapsNet(
     68754
     >>> rise = keras.optimizers.schedules.PolynomialDecay(0.2, 1000, end_learning_rate=0.9)
     >>> model = applications.MatrixCapsNet(A=64, B=8, C=16, D=16, spread_margin=rise)
-    >>> model.predict_outputs(np.zeros((2, 28, 28, 1)), verbose=0)["activations"].shape
+    >>> model.predict_outputs(np.zeros((2, 28, 28, 1)), verbose=0)["probabilities"].shape
     (2, 10)
 
     Reference:
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
     """
 
-    SCORES = "activations"
     BACKBONE_OUTPUT = "conv_caps2"
     RECIPE = Recipe(batch_size=32, learning_rate=3e-3, spread_margin=(0.2, 0.9))
 
@@ -252,14 +252,14 @@ class MatrixCapsNet(
         # scales it); the tracker reports the batch's plain mean.
         margin = self.margin_at(self._step())
         spread = SpreadLoss(margin=margin)
-        activations = y_pred["activations"]
+        activations = y_pred["probabilities"]
         loss = spread(y, activations, sample_weight=sample_weight)
         self.spread_loss_tracker.update_state(batch_mean(spread, y, activations, sample_weight))
         self.spread_margin_tracker.update_state(margin)
         return with_penalties(self, loss, x, y, y_pred, sample_weight, training)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        return super().compute_metrics(x, y, y_pred["activations"], sample_weight)
+        return super().compute_metrics(x, y, y_pred["probabilities"], sample_weight)
 
     # The spread margin --------------------------------------------------------
 
@@ -332,7 +332,7 @@ def _network(
     rescale,
     policy,
 ):
-    """The layers, Conv1 to the class capsules: `(inputs, {"activations", "poses"})`."""
+    """The layers, Conv1 to the class capsules: `(inputs, {"probabilities", "poses"})`."""
     A, B, C, D = sizes
     inputs = keras.Input(shape=input_shape, name="images")
     x = inputs
@@ -382,10 +382,10 @@ def _network(
         dtype=policy,
         em_settings=settings,
     )(capsules)
-    activations = keras.layers.Activation("linear", dtype="float32", name="activations")(
+    activations = keras.layers.Activation("linear", dtype="float32", name="probabilities")(
         activations
     )
-    return inputs, {"activations": activations, "poses": poses}
+    return inputs, {"probabilities": activations, "poses": poses}
 
 
 def _size(letter, letter_value, name, value):

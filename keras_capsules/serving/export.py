@@ -73,17 +73,17 @@ def _image_shape(model, input_shape):
 def _heads(tf, outputs):
     """Class probabilities and class capsule poses (or None) from a model's outputs.
 
-    Understands the applications' dicts (`probabilities` or `activations`, and
-    `poses`), the `[poses, activations]` pair of `ClassMatrixCapsule`, a tensor
-    of class capsules `(batch, classes, dim)` (probabilities are their
-    lengths) and a tensor of probabilities `(batch, classes)`.
+    Understands the applications' dicts (`probabilities` and `poses`), the
+    `[poses, activations]` pair of `ClassMatrixCapsule`, a tensor of class
+    capsules `(batch, classes, dim)` (probabilities are their lengths) and a
+    tensor of probabilities `(batch, classes)`.
     """
     if isinstance(outputs, dict):
-        probabilities = outputs.get("probabilities", outputs.get("activations"))
+        probabilities = outputs.get("probabilities")
         if probabilities is None:
             raise ValueError(
                 "A model with dict outputs must name its class probabilities "
-                f"'probabilities' or 'activations'. Received keys: {sorted(outputs)}"
+                f"'probabilities'. Received keys: {sorted(outputs)}"
             )
         return probabilities, outputs.get("poses")
     if isinstance(outputs, (list, tuple)):

@@ -97,7 +97,7 @@ def test_architecture_shapes():
     assert model.get_layer("primary_caps").output[0].shape == (None, 14, 14, 32, 16)
     assert model.get_layer("conv_caps1").output[1].shape == (None, 6, 6, 32)
     assert model.get_layer("conv_caps2").output[1].shape == (None, 4, 4, 32)
-    assert model.output["activations"].shape == (None, 5)
+    assert model.output["probabilities"].shape == (None, 5)
     assert model.output["poses"].shape == (None, 5, 16)
 
 
@@ -108,12 +108,12 @@ def test_loss_is_the_spread_loss_at_the_model_margin_plus_weight_decay():
     y = np.array([0, 1, 2, 1])
     y_pred = model(x)
     model.spread_margin = 0.7
-    expected = float(SpreadLoss(margin=0.7)(y, y_pred["activations"]))
+    expected = float(SpreadLoss(margin=0.7)(y, y_pred["probabilities"]))
     np.testing.assert_allclose(float(model.compute_loss(x, y, y_pred)), expected, rtol=1e-5)
     decayed = applications.MatrixCapsNet(**TINY, weight_decay=1e-2)
     y_pred = decayed(x)
     assert float(decayed.compute_loss(x, y, y_pred)) > float(
-        SpreadLoss(margin=0.2)(y, y_pred["activations"])
+        SpreadLoss(margin=0.2)(y, y_pred["probabilities"])
     )
 
 
@@ -128,7 +128,9 @@ def test_fit_predict_and_outputs():
     acts = model.predict(x, verbose=0)
     assert acts.shape == (16, 3) and np.all((acts > 0) & (acts < 1))
     assert model.predict_poses(x, verbose=0).shape == (16, 3, 16)
-    np.testing.assert_allclose(model.predict_outputs(x, verbose=0)["activations"], acts, atol=1e-6)
+    np.testing.assert_allclose(
+        model.predict_outputs(x, verbose=0)["probabilities"], acts, atol=1e-6
+    )
 
 
 def test_keras_round_trip_needs_no_custom_objects(tmp_path):
@@ -169,15 +171,13 @@ def test_savedmodel_reproduces_predict(tmp_path):
         tf.constant(x)
     )
     np.testing.assert_allclose(
-        served["activations"].numpy(), model.predict(x, verbose=0), atol=1e-5
+        served["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-5
     )
 
 
 def test_passes_the_classifier_checks(tmp_path):
     x = np.random.default_rng(4).normal(size=(4, 20, 20, 2)).astype("float32")
-    run_classifier_test(
-        applications.MatrixCapsNet, TINY, x, np.arange(4) % 3, tmp_path, scores="activations"
-    )
+    run_classifier_test(applications.MatrixCapsNet, TINY, x, np.arange(4) % 3, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -309,6 +309,6 @@ def test_an_empty_batch_gives_empty_outputs():
     assert model.predict_poses(empty, verbose=0).shape == (0, 3, 16)
     outputs = model.predict_outputs(empty, verbose=0)
     assert {key: value.shape[0] for key, value in outputs.items()} == dict.fromkeys(outputs, 0)
-    assert outputs["activations"].shape == (0, 3)
+    assert outputs["probabilities"].shape == (0, 3)
     x = np.random.default_rng(6).normal(size=(2, 20, 20, 2)).astype("float32")
     assert np.all(np.isfinite(model.predict(x, verbose=0)))  # and the model still answers

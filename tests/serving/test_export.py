@@ -210,7 +210,7 @@ def test_matrix_capsnet_norb_contract(tmp_path):
     assert set(found) == {"serving_default"}  # no decoder, no reconstruction signature
     served = found["serving_default"](images=tf.constant(x))
     expected = model.predict_outputs(x, verbose=0)
-    np.testing.assert_allclose(served["probabilities"], expected["activations"], atol=1e-5)
+    np.testing.assert_allclose(served["probabilities"], expected["probabilities"], atol=1e-5)
     np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"\(batch, 20, 20, 2\)"):
         found["serving_default"](images=tf.zeros((1, 20, 20, 1)))

@@ -124,7 +124,7 @@ def test_runtime_reproduces_keras(exported):
     model, path, run = exported
     x = model_images(model, 5)
     expected = model.predict_outputs(x, verbose=0)
-    scores = expected.get("probabilities", expected.get("activations"))
+    scores = expected["probabilities"]
     served = run(path, x)
     assert set(served) == {"probabilities", "classes", "poses"}
     assert served["probabilities"].dtype == np.float32 and served["classes"].dtype == np.int64
@@ -139,7 +139,7 @@ def test_batch_size_is_free(exported):
     for n in (1, 3):
         x = model_images(model, n, seed=n)
         outputs = model(x, training=False)  # eager: predict would trace each batch size
-        scores = outputs.get("probabilities", outputs.get("activations"))
+        scores = outputs["probabilities"]
         np.testing.assert_allclose(run(path, x)["probabilities"], scores, atol=1e-4)
 
 
@@ -160,7 +160,7 @@ def test_huge_inputs_get_finite_answers_as_in_keras(exported):
     model, path, run = exported
     x = model_images(model, 3) * 1e22
     outputs = model(x, training=False)
-    scores = keras.ops.convert_to_numpy(outputs.get("probabilities", outputs.get("activations")))
+    scores = keras.ops.convert_to_numpy(outputs["probabilities"])
     served = run(path, x)
     assert np.all(np.isfinite(scores)) and np.all(np.isfinite(served["probabilities"]))
     np.testing.assert_allclose(served["probabilities"], scores, atol=1e-4)
@@ -179,7 +179,7 @@ def test_larger_inputs_get_finite_answers_and_the_classes_of_keras(exported, gai
     model, path, run = exported
     x = model_images(model, 3) * np.float32(gain)
     outputs = model(x, training=False)
-    scores = keras.ops.convert_to_numpy(outputs.get("probabilities", outputs.get("activations")))
+    scores = keras.ops.convert_to_numpy(outputs["probabilities"])
     served = run(path, x)
     assert np.all(np.isfinite(scores)) and np.all(np.isfinite(served["probabilities"]))
     np.testing.assert_allclose(served["probabilities"], scores, atol=VERIFY_TOLERANCE)
@@ -465,21 +465,6 @@ def test_a_bfloat16_model_onnx_runtime_cannot_load_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"does not run in ONNX Runtime, so it was not written"):
         export_onnx(model, str(tmp_path / "m.onnx"), verbose=False)
     assert not list(tmp_path.iterdir())
-
-
-@requires_tensorflow
-@pytest.mark.parametrize("format_name", sorted(FORMATS))
-def test_keras_model_export_writes_the_checked_file(format_name, built_models, tmp_path):
-    """`model.export(path, format=...)`, as a Keras user calls it, gives a file that runs."""
-    needs(format_name)
-    _, suffix, run, _, _ = FORMATS[format_name]
-    model = built_models("efficient_capsnet")  # Keras's own ONNX export failed on Expm1
-    path = str(tmp_path / f"m{suffix}")
-    assert model.export(path, format=format_name, verbose=False) == path
-    x = model_images(model, 3)
-    np.testing.assert_allclose(
-        run(path, x)["probabilities"], model.predict(x, verbose=0), atol=1e-4
-    )
 
 
 class _Traced:
