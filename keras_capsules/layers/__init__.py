@@ -4,6 +4,7 @@ from keras_capsules.layers.capsule_layer import CapsuleLayer
 from keras_capsules.layers.class_matrix_capsule import ClassMatrixCapsule
 from keras_capsules.layers.depthwise_primary_capsule import DepthwisePrimaryCapsule
 from keras_capsules.layers.fully_connected_capsule import FullyConnectedCapsule
+from keras_capsules.layers.image_converter import ImageConverter
 from keras_capsules.layers.inverted_dot_product_capsule import InvertedDotProductCapsule
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
@@ -19,6 +20,7 @@ __all__ = [
     "ClassMatrixCapsule",
     "DepthwisePrimaryCapsule",
     "FullyConnectedCapsule",
+    "ImageConverter",
     "InvertedDotProductCapsule",
     "Length",
     "Mask",

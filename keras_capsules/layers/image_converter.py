@@ -1,0 +1,179 @@
+import keras
+from keras import ops
+
+from keras_capsules._validation import is_int
+from keras_capsules._validation import is_number
+
+LUMA = (0.299, 0.587, 0.114)
+"""ITU-R BT.601's weights of red, green and blue in grey, as Pillow's and TensorFlow's."""
+INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "lanczos3", "lanczos5", "area")
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ImageConverter(keras.layers.Layer):
+    """Bring images of any size and colour to the size, colour and scale a network takes.
+
+    In this order: an image of 4 channels loses its alpha channel; colour
+    becomes grey (the luma of ITU-R BT.601, as Pillow and TensorFlow
+    convert) or grey becomes colour (the grey channel three times), to
+    `channels`; the image is resized to `image_size` (or cropped to its
+    aspect ratio first, then resized); and the pixels are multiplied by
+    `scale` and shifted by `offset`. Inside a model it lets the model, its
+    `.keras` file and its exports take an image as it comes.
+
+    Args:
+        image_size: `(height, width)` of the output, or `None` to keep each
+            image's size.
+        channels: channels of the output, 1 (grey) or 3 (RGB), or `None` to
+            keep the input's (an alpha channel is dropped all the same).
+        scale: factor of the pixel values, e.g. `1 / 255` for pixels in
+            [0, 255]; `None` for none.
+        offset: added after `scale`, e.g. `-1` with `scale=2 / 255` for
+            [-1, 1]; `None` for none.
+        interpolation: how `keras.ops.image.resize` resamples: `"bilinear"`
+            (default), `"nearest"`, `"bicubic"`, `"lanczos3"`, `"lanczos5"`
+            or `"area"`.
+        antialias: filter when downsampling (`keras.ops.image.resize`'s
+            `antialias`; `False`).
+        crop_to_aspect_ratio: crop the image's centre to the aspect ratio of
+            `image_size` before resizing, so that it is not distorted
+            (`False`: resize the whole image).
+        **kwargs: base layer arguments such as `name` and `dtype`.
+
+    Call arguments:
+        images: `(batch, height, width, channels)` with 1, 3 or 4 channels,
+            or `(batch, height, width)` grey images; any real dtype.
+
+    Returns:
+        Images of the layer's compute dtype, `(batch, *image_size, channels)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> converter = ImageConverter(image_size=(28, 28), channels=1, scale=1 / 255)
+    >>> photos = np.full((2, 96, 64, 3), 255, "uint8")  # two white RGB photos
+    >>> grey = converter(photos)
+    >>> tuple(grey.shape), round(float(grey[0, 0, 0, 0]), 4)
+    ((2, 28, 28, 1), 1.0)
+
+    Reference:
+        ITU-R Recommendation BT.601: the weights of red, green and blue in
+        luma. keras-hub's `ImageConverter` has the same role.
+    """
+
+    def __init__(
+        self,
+        image_size=None,
+        channels=None,
+        scale=None,
+        offset=None,
+        interpolation="bilinear",
+        antialias=False,
+        crop_to_aspect_ratio=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if image_size is not None:
+            if (
+                not isinstance(image_size, (tuple, list))
+                or len(image_size) != 2
+                or not all(is_int(side) and side > 0 for side in image_size)
+            ):
+                raise ValueError(
+                    "`image_size` must be None or (height, width), two positive integers. "
+                    f"Received: image_size={image_size!r}"
+                )
+            image_size = tuple(int(side) for side in image_size)
+        if channels not in (None, 1, 3):
+            raise ValueError(f"`channels` must be None, 1 or 3. Received: channels={channels!r}")
+        for name, value in (("scale", scale), ("offset", offset)):
+            if value is not None and not is_number(value):
+                raise ValueError(f"`{name}` must be a number or None. Received: {name}={value!r}")
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"`interpolation` must be one of {', '.join(INTERPOLATIONS)}. "
+                f"Received: interpolation={interpolation!r}"
+            )
+        if crop_to_aspect_ratio and image_size is None:
+            raise ValueError("`crop_to_aspect_ratio` needs an `image_size` to take the ratio of.")
+        self.image_size = image_size
+        self.channels = channels
+        self.scale = None if scale is None else float(scale)
+        self.offset = None if offset is None else float(offset)
+        self.interpolation = interpolation
+        self.antialias = bool(antialias)
+        self.crop_to_aspect_ratio = bool(crop_to_aspect_ratio)
+
+    def build(self, input_shape):
+        have = input_shape[-1] if len(input_shape) == 4 else 1
+        allowed = (None, 1, 3, 4) if self.channels is not None else (None, 1, 2, 3, 4)
+        if len(input_shape) not in (3, 4) or have not in allowed:
+            raise ValueError(
+                "ImageConverter takes images (batch, height, width, channels) with 1, 3 or 4 "
+                "channels (any number without `channels`), or grey (batch, height, width). "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
+
+    def call(self, images):
+        x = ops.cast(images, self.compute_dtype)
+        if len(x.shape) == 3:
+            x = ops.expand_dims(x, -1)
+        x = self._colour(x)
+        if self.image_size is not None:
+            x = ops.image.resize(
+                x,
+                self.image_size,
+                interpolation=self.interpolation,
+                antialias=self.antialias,
+                crop_to_aspect_ratio=self.crop_to_aspect_ratio,
+                data_format="channels_last",
+            )
+        if self.scale is not None:
+            x = x * ops.cast(self.scale, x.dtype)
+        if self.offset is not None:
+            x = x + ops.cast(self.offset, x.dtype)
+        return x
+
+    def _colour(self, x):
+        """`x` without alpha, with `channels` channels (grey <-> colour).
+
+        Written without a branch on the number of channels, which a model
+        taking any image only knows when it runs: the first three channels of
+        a grey image are its one, so their luma is itself and their product
+        with three ones is the grey channel three times.
+        """
+        if self.channels is None:
+            return x[..., :3] if x.shape[-1] == 4 else x
+        x = x[..., :3]
+        if x.shape[-1] == self.channels:
+            return x
+        if self.channels == 1:
+            return ops.sum(x * ops.convert_to_tensor(LUMA, x.dtype), axis=-1, keepdims=True)
+        return x * ops.ones((3,), x.dtype)
+
+    def compute_output_shape(self, input_shape):
+        input_shape = tuple(input_shape)
+        if len(input_shape) == 3:
+            input_shape = (*input_shape, 1)
+        channels = input_shape[-1]
+        if channels == 4:
+            channels = 3
+        if self.channels is not None:
+            channels = self.channels
+        size = self.image_size if self.image_size is not None else input_shape[1:3]
+        return (input_shape[0], *size, channels)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "image_size": self.image_size,
+                "channels": self.channels,
+                "scale": self.scale,
+                "offset": self.offset,
+                "interpolation": self.interpolation,
+                "antialias": self.antialias,
+                "crop_to_aspect_ratio": self.crop_to_aspect_ratio,
+            }
+        )
+        return config
