@@ -14,6 +14,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import warnings
 
 import keras
@@ -266,10 +267,34 @@ _RESHAPING = ("num_classes", "class_names", "input_shape")
 
 
 def _load_weights(model, weights):
+    """Load `weights` into `model`; one line if they are not the weights of its config."""
     with warnings.catch_warnings():
         # A preset holds no optimizer state (a compiled model's optimizer is new).
         warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
-        model.load_weights(weights)
+        try:
+            model.load_weights(weights)
+        except ValueError as error:
+            raise ValueError(
+                f"{weights} does not hold the weights of the model its {CONFIG_FILE} "
+                f"describes: {_mismatch(error)}. The preset's files come from different "
+                "models; write the preset again with save_to_preset()."
+            ) from None
+
+
+_SHAPES = re.compile(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))")
+_PATH = re.compile(r"Target variable: <Variable path=([^,]+),")
+
+
+def _mismatch(error):
+    """What Keras's error on loading weights says, in one line and without the values."""
+    text = str(error)
+    shapes, path = _SHAPES.search(text), _PATH.search(text)
+    if shapes and path:
+        return (
+            f"{path.group(1)} has the shape {shapes.group(1)} in the model and "
+            f"{shapes.group(2)} in the file"
+        )
+    return text.strip().splitlines()[0][:300]
 
 
 def _copy_weights(source, target, float16=False):

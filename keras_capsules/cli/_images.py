@@ -28,7 +28,9 @@ def test_images(model, args, command, data=None):
     if getattr(args, "images", None) is not None:
         return (*folder_images(model, args.images, command), None)
     if size == (28, 28, 1):
-        _, (x_test, y_test) = getattr(datasets, data or "mnist").load_data(args.data_dir)
+        module = getattr(datasets, data or "mnist")
+        _check_data_classes(model, module, data or "mnist", command)
+        _, (x_test, y_test) = module.load_data(args.data_dir)
         return x_test, y_test, None
     _, (x_test, y_test) = mnist.load_data(args.data_dir)
     if size == (36, 36, 1):
@@ -42,6 +44,20 @@ def test_images(model, args, command, data=None):
         "its classes' images (models of 28, 36 or 40 grey pixels have MNIST's)",
         command,
     )
+
+
+def _check_data_classes(model, module, data, command):
+    """End the command unless `model` classifies the classes of the data set `data`."""
+    names = tuple(getattr(module, "CLASS_NAMES", [str(digit) for digit in range(10)]))
+    own = getattr(model, "class_names", None)
+    count = getattr(model, "num_classes", None)
+    if (own is not None and tuple(own) != names) or (count is not None and count != len(names)):
+        shown = ", ".join(own) if own is not None else f"{count} classes"
+        fail(
+            f"the model's classes ({shown}) are not {data}'s, whose test images it would be "
+            "shown: pass --images DIR, a folder of its classes' images",
+            command,
+        )
 
 
 def folder_size_and_colour(model, command):

@@ -339,6 +339,29 @@ def test_a_malformed_preset_is_one_error_naming_the_file(tmp_path, damage, match
         applications.CapsNet.from_preset(folder)
 
 
+@pytest.mark.parametrize(
+    "change, path",
+    [
+        ({"num_classes": 3, "class_names": None}, "digit_caps/kernel"),  # the tester's case
+        ({"conv_filters": 4}, "conv1/kernel"),  # another size, another layer
+    ],
+)
+def test_a_config_that_disagrees_with_its_weights_is_one_line(tmp_path, change, path):
+    _, folder = _saved(tmp_path)
+    config_path = os.path.join(folder, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    config["config"].update(change)
+    with open(config_path, "w") as f:
+        json.dump(config, f)
+    with pytest.raises(ValueError) as raised:
+        applications.CapsNet.from_preset(folder)
+    message = str(raised.value)
+    assert len(message.splitlines()) == 1, message[:500]
+    assert "does not hold the weights of the model its config.json describes" in message
+    assert f"{path} has the shape" in message and "save_to_preset()" in message
+
+
 def test_metadata_that_is_no_json_leaves_the_existing_preset_whole(tmp_path):
     model, folder = _saved(tmp_path)
     before = {

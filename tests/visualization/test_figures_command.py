@@ -80,6 +80,23 @@ def test_bad_requests_are_clear_errors(tmp_path):
         cli.main(["figures", str(tmp_path / "missing.keras")])
 
 
+@pytest.mark.parametrize(
+    "classes",
+    [{"class_names": ["cat", "dog"]}, {"num_classes": 3}],
+    ids=["two-named-classes", "three-classes"],
+)
+def test_a_model_of_other_classes_is_told_to_pass_its_images(tmp_path, classes):
+    import applications
+
+    model = applications.CapsNet(
+        conv_filters=8, primary_capsule_types=2, capsule_dim=4, compile=False, **classes
+    )
+    path = str(tmp_path / "pets.keras")
+    model.save(path)
+    with pytest.raises(SystemExit, match=r"are not mnist's.*pass --images DIR"):
+        cli.main(["figures", path, "--output", str(tmp_path / "figs")])
+
+
 def test_a_colour_model_of_another_size_draws_from_a_folder_of_its_classes(tmp_path, capsys):
     from PIL import Image
 
