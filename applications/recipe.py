@@ -43,7 +43,7 @@ class Recipe:
     >>> recipe.batch_size, recipe.learning_rate
     (100, 0.001)
     >>> faster = dataclasses.replace(recipe, learning_rate=3e-3)
-    >>> faster.optimizer().get_config()["learning_rate"]["config"]["initial_learning_rate"]
+    >>> round(float(faster.optimizer().learning_rate), 6)
     0.003
 
     Reference:
