@@ -1,7 +1,9 @@
 """Train a shipped preset on this machine and write it: `python experiments/presets.py NAME`.
 
 Each preset has one recipe (`RECIPES`): the application and its arguments, the
-data set, epochs, batch size, learning-rate schedule, augmentation and seed.
+data set, epochs, augmentation and seed, and how it varies the class's
+`RECIPE` (`applications.Recipe`: batch size, learning-rate schedule, spread
+margin), which `keras-capsules train` reads too.
 The run keeps its state in `--runs-dir/NAME` (`~/kc-runs` by default, outside
 the repository): the recipe, a checkpoint of the model with its optimizer after
 every epoch, and the test accuracy of every epoch. Started again, the command
@@ -57,12 +59,10 @@ _REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PRESETS_PACKAGE = ("distributions", "keras-capsules-presets", "keras_capsules_presets")
 _EFFICIENT = {
     "model": "EfficientCapsNet",
-    "batch_size": 16,
     "epochs": 30,
     # The paper's Adam from 5e-4, decayed by 0.9 per epoch instead of 0.97 so
     # that 30 epochs end near the learning rate its 150 reach.
-    "arguments": {"learning_rate": 5e-4, "decay_rate": 0.9},
-    "decay_every_epoch": True,
+    "recipe": {"decay_rate": 0.9},
     "augment": "efficient_capsnet",
     "seed": 0,
 }
@@ -72,20 +72,19 @@ RECIPES = {
     "capsnet_mnist": {
         "model": "CapsNet",
         "data": "mnist",
-        "batch_size": 100,
         "epochs": 30,
-        "arguments": {"learning_rate": 1e-3, "decay_rate": 0.9},
-        "decay_every_epoch": True,
+        "recipe": {"decay_rate": 0.9, "decay_every_epoch": True},
         "augment": "shift",
         "seed": 0,
         "description": "the paper's CapsNet (3 routing iterations, decoder), 8.2M parameters",
     },
-    # The paper's own schedule: 150 epochs, Adam from 5e-4 decayed by 0.97 per epoch.
+    # The paper's own schedule: 150 epochs of EfficientCapsNet.RECIPE, Adam from
+    # 5e-4 decayed by 0.97 per epoch.
     "efficient_capsnet_mnist": dict(
         _EFFICIENT,
         data="mnist",
         epochs=150,
-        arguments={"learning_rate": 5e-4, "decay_rate": 0.97},
+        recipe={},
         description="Efficient-CapsNet, self-attention routing, the paper's 150 epochs",
     ),
     "efficient_capsnet_fashion_mnist": dict(
@@ -100,7 +99,6 @@ RECIPES = {
     "em_capsnet_mnist": {
         "model": "MatrixCapsNet",
         "data": "mnist",
-        "batch_size": 32,
         "start": {
             "commit": "c7da6e7264b26c12c5163dd0bf703b956b5235ea",
             "weights_sha256": "c384c72f320899c40f207e01acec11e70d0c872f1f7590d8ceba9fb2860e1283",
@@ -116,17 +114,25 @@ RECIPES = {
             "input_shape": [28, 28, 1],
             "num_classes": 10,
             "rescale": 1.0 / 255.0,
+        },
+        "recipe": {
             "learning_rate": 5e-4,
             "decay_rate": 0.8,
+            "decay_every_epoch": True,
+            "spread_margin": [0.9, 0.9],
         },
-        "decay_every_epoch": True,
-        "spread_margin": [0.9, 0.9],
         "augment": "shift",
         "seed": 0,
         "description": "matrix capsules with EM routing (64/8/16/16, 3 iterations, "
         "the tempered E-step)",
     },
 }
+"""Each preset's model (`model`, its `arguments`), data, epochs, augmentation and seed.
+
+`recipe` varies the class's `RECIPE` (`applications.Recipe`: batch size,
+learning rate and its decay, the spread margin's rise); what it leaves out is
+the class's own.
+"""
 
 
 def parse_args(argv=None):
@@ -200,38 +206,36 @@ def _load(recipe):
     return (x[:n], y[:n]), (x_test[:m], y_test[:m])
 
 
-def _build(recipe, steps_per_epoch):
-    """The recipe's model, compiled with its class's `RECIPE` as the recipe varies it."""
+def training_recipe(recipe):
+    """The `applications.Recipe` a preset trains with: its class's, varied by `recipe`."""
     import dataclasses
 
+    import applications
+
+    return dataclasses.replace(
+        getattr(applications, recipe["model"]).RECIPE, **recipe.get("recipe", {})
+    )
+
+
+def _build(recipe, steps_per_epoch):
+    """The recipe's model, compiled with its training recipe's optimizer."""
     import keras
 
     import applications
 
-    arguments = dict(recipe["arguments"])
-    schedule = {key: arguments.pop(key) for key in _SCHEDULE if key in arguments}
+    own = training_recipe(recipe)
+    arguments = dict(recipe.get("arguments", {}))
     arguments["class_names"] = _class_names(recipe)
     if "input_shape" in arguments:
         arguments["input_shape"] = tuple(arguments["input_shape"])
-    if "spread_margin" in recipe:
-        start, end = recipe["spread_margin"]
+    if own.spread_margin is not None:
+        start, end = own.spread_margin
         arguments["spread_margin"] = keras.optimizers.schedules.PolynomialDecay(
             start, recipe["epochs"] * steps_per_epoch, end_learning_rate=end
         )
-    cls = getattr(applications, recipe["model"])
-    model = cls(compile=False, **arguments)
-    own = dataclasses.replace(
-        cls.RECIPE,
-        batch_size=recipe["batch_size"],
-        decay_every_epoch=bool(recipe.get("decay_every_epoch")),
-        **schedule,
-    )
+    model = getattr(applications, recipe["model"])(compile=False, **arguments)
     model.compile(optimizer=own.optimizer(steps_per_epoch))
     return model
-
-
-_SCHEDULE = ("learning_rate", "decay_rate")
-"""The recipes' `arguments` that vary the class's `RECIPE`, not the model."""
 
 
 def _class_names(recipe):
@@ -431,7 +435,8 @@ def train(args, recipe, folder, progress):
 
     keras.utils.set_random_seed(recipe["seed"] + progress["epochs_done"])
     (x, y), (x_test, y_test) = _load(recipe)
-    steps_per_epoch = -(-len(x) // recipe["batch_size"])
+    batch_size = training_recipe(recipe).batch_size
+    steps_per_epoch = -(-len(x) // batch_size)
     checkpoint = os.path.join(folder, "checkpoint.keras")
     started = progress.get("start", {}).get("epochs", 0)
     if progress["epochs_done"] > started:
@@ -465,7 +470,7 @@ def train(args, recipe, folder, progress):
         logs = model.fit(
             images,
             y,
-            batch_size=recipe["batch_size"],
+            batch_size=batch_size,
             epochs=epoch + 1,
             initial_epoch=epoch,
             shuffle=True,
@@ -530,6 +535,7 @@ def write_preset(args, recipe, model, progress):
         },
         "command": command,
         "recipe": recipe,
+        "training_recipe": training_recipe(recipe).get_config(),
         "seed": recipe["seed"],
         "epochs": progress["epochs_done"],
         "train_seconds": progress["train_seconds"],
@@ -568,7 +574,11 @@ def write_preset(args, recipe, model, progress):
 def main(argv=None):
     args = parse_args(argv)
     if args.list:
-        print(json.dumps(RECIPES, indent=2))
+        listed = {
+            name: {**recipe, "training_recipe": training_recipe(recipe).get_config()}
+            for name, recipe in RECIPES.items()
+        }
+        print(json.dumps(listed, indent=2))
         return None
     recipe = recipe_for(args.name, smoke=args.smoke, seed=args.seed)
     folder, progress = _open_run(args, recipe)

@@ -94,6 +94,7 @@ def resolve_defaults(args):
     resolved = {
         "batch_size": own.batch_size,
         "learning_rate": own.learning_rate,
+        "max_shift": own.max_shift,
         "inverse_temperature": routing.INVERSE_TEMPERATURE,
         "variance_epsilon": routing.VARIANCE_EPSILON,
         "tempering": routing.TEMPERING,
@@ -209,8 +210,8 @@ def _add_run_options(group):
     group.add_argument(
         "--max-shift",
         type=non_negative_int,
-        default=2,
-        help="MNIST and Fashion-MNIST: augmentation shift in pixels (2)",
+        default=None,
+        help="MNIST and Fashion-MNIST: augmentation shift in pixels (the recipe's, 2)",
     )
     group.add_argument(
         "--train-size", type=positive_int, default=None, help="use the first N images"

@@ -1,5 +1,6 @@
 """`experiments/presets.py`: a smoke run split over two starts, then its preset."""
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -169,3 +170,23 @@ def test_a_smoke_run_trains_the_start_preset_further(tmp_path):
     # From the trained preset, one epoch of 600 images keeps it accurate; from
     # untrained weights it would be far from this.
     assert metadata["test_accuracy_float32"] > 0.95
+
+
+@pytest.mark.parametrize("name", ["capsnet_mnist", "efficient_capsnet_mnist", "em_capsnet_mnist"])
+def test_each_preset_trains_with_its_class_recipe_as_it_varies_it(presets, name):
+    """The training recipe is the class's RECIPE varied by the preset's, and is how the
+    shipped preset was trained (its metadata's batch size and learning rate)."""
+    import applications
+
+    recipe = presets.RECIPES[name]
+    own = presets.training_recipe(recipe)
+    assert own == dataclasses.replace(
+        getattr(applications, recipe["model"]).RECIPE, **recipe.get("recipe", {})
+    )
+    with open(os.path.join(applications._preset.PRESETS_DIR, name, "metadata.json")) as f:
+        shipped = json.load(f)["recipe"]
+    assert own.batch_size == shipped["batch_size"]
+    assert own.learning_rate == shipped["arguments"]["learning_rate"]
+    assert own.decay_rate == shipped["arguments"]["decay_rate"]
+    if "spread_margin" in shipped:
+        assert list(own.spread_margin) == shipped["spread_margin"]
