@@ -281,7 +281,7 @@ def _load_weights(model, weights):
             ) from None
 
 
-_SHAPES = re.compile(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))")
+_SHAPES = re.compile(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(.*?)\. Target variable")
 _PATH = re.compile(r"Target variable: <Variable path=([^,]+),")
 
 
@@ -290,9 +290,10 @@ def _mismatch(error):
     text = str(error)
     shapes, path = _SHAPES.search(text), _PATH.search(text)
     if shapes and path:
+        # The file's shape as the backend writes it: (72, 8, 40) or torch.Size([72, 8, 40]).
+        stored = str(tuple(int(size) for size in re.findall(r"\d+", shapes.group(2))))
         return (
-            f"{path.group(1)} has the shape {shapes.group(1)} in the model and "
-            f"{shapes.group(2)} in the file"
+            f"{path.group(1)} has the shape {shapes.group(1)} in the model and {stored} in the file"
         )
     return text.strip().splitlines()[0][:300]
 
