@@ -396,7 +396,7 @@ def builtin_fingerprint(name, module, train_count, test_count):
 
 def data_changes(recorded, current):
     """How the data of fingerprint `current` differs from the `recorded` one, or `None`."""
-    from keras_capsules.datasets import _folder_walk
+    from keras_capsules.datasets import image_folder
 
     if not isinstance(recorded, dict) or "digest" not in recorded:
         return "its run.json records no fingerprint of the data it read, so it cannot be checked"
@@ -405,7 +405,7 @@ def data_changes(recorded, current):
     if recorded.get("kind") != current["kind"]:
         return "the run read other data"
     if current["kind"] == "folder":
-        return _folder_walk.folder_changes(recorded, current)
+        return image_folder.folder_changes(recorded, current)
     if recorded.get("train_images") != current["train_images"]:
         return (
             f"{current['data']} has {current['train_images']} training images, the run's had "

@@ -26,6 +26,7 @@ import struct
 from keras_capsules.datasets._folder_walk import EXTENSIONS
 from keras_capsules.datasets._folder_walk import Listing
 from keras_capsules.datasets._folder_walk import fingerprint
+from keras_capsules.datasets._folder_walk import folder_changes
 from keras_capsules.datasets._folder_walk import list_folder
 from keras_capsules.datasets._folder_walk import shown
 
@@ -36,6 +37,7 @@ __all__ = [
     "Listing",
     "check_folder",
     "count_files",
+    "folder_changes",
     "list_folder",
     "load_folder",
     "shown",
