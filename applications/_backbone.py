@@ -23,18 +23,18 @@ class BackboneModel:
         if self.rescale is not None:
             super()._check_input_range(x)
 
-    def get_config(self):
+    def _architecture_config(self):
         return {
-            **super().get_config(),
+            **super()._architecture_config(),
             "backbone": keras.saving.serialize_keras_object(self.backbone),
         }
 
     @classmethod
-    def from_config(cls, config):
+    def _from_architecture_config(cls, config):
         config = dict(config)
         if isinstance(config.get("backbone"), dict):
             config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+        return super()._from_architecture_config(config)
 
 
 def check_backbone(backbone):

@@ -4,13 +4,13 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications._defaults import DefaultCompile
-from applications._defaults import own_loss
 from applications._inputs import InputRangeCheck
 from applications._losses import batch_mean
 from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
+from applications._task import Task
+from applications._task import own_loss
 from keras_capsules._validation import check_model_arguments
 from keras_capsules.layers import Length
 from keras_capsules.layers import Mask
@@ -21,7 +21,7 @@ from keras_capsules.losses import ReconstructionLoss
 
 class CapsuleClassifier(
     PresetMixin,
-    DefaultCompile,
+    Task,
     CapsulePredictions,
     InputRangeCheck,
     keras.Model,
@@ -178,12 +178,8 @@ class CapsuleClassifier(
 
     # Serialization ----------------------------------------------------------
 
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._config}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+    def _architecture_config(self):
+        return dict(self._config)
 
 
 def check_reconstruction_weight(reconstruction_weight):

@@ -29,8 +29,8 @@ class PaperConfiguration:
             )
         return {**kwargs, **self.CONFIGURATION}
 
-    def get_config(self):
-        config = super().get_config()
+    def _architecture_config(self):
+        config = super()._architecture_config()
         for key in self.CONFIGURATION:
             config.pop(key)
         return config

@@ -1,4 +1,4 @@
-"""What the applications share: the dtype policy they resolve and their default compile."""
+"""What the applications share: the dtype policy they resolve."""
 
 import functools
 import warnings
@@ -69,72 +69,4 @@ def _warn_if_bfloat16_is_emulated(name):
         f"for ({' or '.join(_BFLOAT16_CPU_FLAGS)}): it is emulated, and training runs about 10x "
         "slower than in float32. Use float32 on this machine.",
         stacklevel=3,
-    )
-
-
-class DefaultCompile:
-    """`compile()` with no arguments: the paper's optimizer, loss and metrics.
-
-    The optimizer is Adam with the learning rate schedule of the class's
-    `RECIPE` (`applications.Recipe`); the loss is the model's own
-    (`_loss_for_compile`) and the metrics `_default_metrics()`. A model saved
-    on TensorFlow or JAX with `steps_per_execution > 1` in its compile config
-    loads on PyTorch, whose Keras trainer runs one step per call, with one
-    (and a warning).
-    """
-
-    RECIPE = None
-    """The architecture's `applications.Recipe`."""
-
-    def _default_metrics(self):
-        """The metrics of `compile(metrics="auto")`; subclasses with other targets override it."""
-        return ["accuracy"]
-
-    def _loss_for_compile(self, loss):
-        """The `loss` to give `keras.Model.compile` for the argument `loss`."""
-        return loss
-
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
-        """Configure the model for training; with no arguments, as its paper trains it.
-
-        Args:
-            optimizer: `"auto"` (default): Adam with the learning rate
-                schedule of the class's `RECIPE`; or any Keras optimizer.
-            loss: `"auto"` (default): the model's own loss, which its
-                docstring describes.
-            metrics: `"auto"` (default): the class's metrics (accuracy); or a
-                list of Keras metrics.
-            **kwargs: the other arguments of `keras.Model.compile`, e.g.
-                `steps_per_execution` or `jit_compile`.
-        """
-        if isinstance(optimizer, str) and optimizer == "auto":
-            optimizer = self.RECIPE.optimizer()
-        if isinstance(metrics, str) and metrics == "auto":
-            metrics = self._default_metrics()
-        loss = self._loss_for_compile(loss)
-        steps = kwargs.get("steps_per_execution", 1)
-        if keras.backend.backend() == "torch" and steps != 1:
-            warnings.warn(
-                f"steps_per_execution={steps} is taken as 1: PyTorch's Keras trainer runs one "
-                "step per call.",
-                stacklevel=2,
-            )
-            kwargs["steps_per_execution"] = 1
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
-
-    def compile_from_config(self, config):
-        # Keras loads the compile state of a model whose `compile` is its own
-        # only through this method, as its warning on load asks.
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
-
-
-def own_loss(model, loss):
-    """`None` for `loss="auto"` (or `None`): a model computing its own loss takes no other."""
-    if loss is None or (isinstance(loss, str) and loss == "auto"):
-        return None
-    raise ValueError(
-        f"{type(model).__name__} computes its own loss (see its docstring), so `compile` "
-        f"takes loss='auto' only. Received: loss={loss!r}"
     )

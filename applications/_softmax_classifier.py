@@ -2,12 +2,12 @@
 
 import keras
 
-from applications._defaults import DefaultCompile
 from applications._inputs import InputRangeCheck
+from applications._task import Task
 from keras_capsules._validation import check_model_arguments
 
 
-class SoftmaxClassifier(DefaultCompile, InputRangeCheck, keras.Model):
+class SoftmaxClassifier(Task, InputRangeCheck, keras.Model):
     """A functional model from images to class probabilities, trained with cross-entropy.
 
     A subclass builds its graph from `images` to `probabilities` and hands
@@ -49,9 +49,5 @@ class SoftmaxClassifier(DefaultCompile, InputRangeCheck, keras.Model):
             return "sparse_categorical_crossentropy"
         return loss
 
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._config}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+    def _architecture_config(self):
+        return dict(self._config)

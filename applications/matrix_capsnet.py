@@ -2,9 +2,7 @@ import keras
 from keras import ops
 
 from applications._classes import resolve_classes
-from applications._defaults import DefaultCompile
 from applications._defaults import dtype_policy
-from applications._defaults import own_loss
 from applications._inputs import PIXELS
 from applications._inputs import InputRangeCheck
 from applications._inputs import check_rescale
@@ -13,6 +11,8 @@ from applications._losses import batch_mean
 from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
+from applications._task import Task
+from applications._task import own_loss
 from applications._transfer import BackboneView
 from applications.recipe import Recipe
 from keras_capsules import routing
@@ -32,7 +32,7 @@ from keras_capsules.losses import SpreadLoss
 class MatrixCapsNet(
     BackboneView,
     PresetMixin,
-    DefaultCompile,
+    Task,
     CapsulePredictions,
     InputRangeCheck,
     keras.Model,
@@ -302,19 +302,14 @@ class MatrixCapsNet(
         finally:
             self._optimizer_step = None
 
-    def get_config(self):
+    def _architecture_config(self):
         margin = self._spread_margin
         if not isinstance(margin, float):
             margin = keras.saving.serialize_keras_object(margin)
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            **self._config,
-            "spread_margin": margin,
-        }
+        return {**self._config, "spread_margin": margin}
 
     @classmethod
-    def from_config(cls, config):
+    def _from_architecture_config(cls, config):
         config = dict(config)
         if isinstance(config.get("spread_margin"), dict):
             config["spread_margin"] = keras.saving.deserialize_keras_object(config["spread_margin"])

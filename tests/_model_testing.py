@@ -69,6 +69,8 @@ def run_classifier_test(
       `evaluate` reports the accuracy.
     - A `.keras` round trip needs no custom objects and gives the same class,
       config, outputs and compile state, and the loaded model trains further.
+    - A frozen backbone (the baseline's first layer) stays frozen through a
+      `.keras` file, further training and, with `preset`, a preset.
     - With `mixed_precision`, each mixed policy builds a model whose scores
       are float32 and finite and whose loss is finite, and records the policy
       in its config.
@@ -120,6 +122,8 @@ def run_classifier_test(
     assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations)
     loaded.fit(images, labels, batch_size=len(images), epochs=1, verbose=0)
 
+    _run_frozen_checks(cls, init_kwargs, images, labels, str(tmp_path), preset)
+
     if mixed_precision:
         for policy in MIXED_PRECISION_POLICIES:
             mixed = cls(**init_kwargs, dtype=policy)
@@ -131,6 +135,45 @@ def run_classifier_test(
 
     if preset:
         _run_preset_checks(cls, model, images, str(tmp_path))
+
+
+def _frozen(model):
+    """Freeze `model`'s backbone (the CNN baseline: its first layer with weights)."""
+    backbone = getattr(model, "backbone", None)
+    if backbone is not None:
+        backbone.trainable = False
+        return backbone
+    layer = next(layer for layer in model.layers if layer.weights)
+    layer.trainable = False
+    return layer
+
+
+def _run_frozen_checks(cls, init_kwargs, images, labels, folder, preset):
+    """A frozen backbone stays frozen through `.keras`, a preset and further training."""
+    model = cls(**init_kwargs)
+    trainable = len(model.trainable_weights)
+    frozen = _frozen(model)
+    count = len(model.trainable_weights)
+    assert 0 < count < trainable
+    path = os.path.join(folder, "frozen.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert len(loaded.trainable_weights) == count, "the .keras file unfroze layers"
+    assert not _frozen_part(loaded, frozen).trainable
+    before = [ops.convert_to_numpy(w) for w in _frozen_part(loaded, frozen).weights]
+    loaded.fit(images, labels, batch_size=len(images), epochs=1, verbose=0)
+    for got, want in zip(_frozen_part(loaded, frozen).weights, before):
+        np.testing.assert_array_equal(ops.convert_to_numpy(got), want, err_msg=got.path)
+    if preset:
+        again = cls.from_preset(model.save_to_preset(os.path.join(folder, "frozen_preset")))
+        assert len(again.trainable_weights) == count, "the preset unfroze layers"
+        assert not again.backbone.trainable
+
+
+def _frozen_part(model, part):
+    """`model`'s backbone, or its layer named as `part`."""
+    backbone = getattr(model, "backbone", None)
+    return backbone if backbone is not None else model.get_layer(part.name)
 
 
 def _run_preset_checks(cls, model, images, folder):

@@ -1,0 +1,153 @@
+"""What every classifier of `applications` is beside a functional `keras.Model`: a task.
+
+After keras-hub's `Task`: `compile()` with no arguments gives the class's
+`RECIPE`, and the config round trip keeps which layers are frozen.
+"""
+
+import warnings
+
+import keras
+
+
+class Task:
+    """The base of the applications' classifiers: compile defaults and config round trip.
+
+    `compile()` with no arguments uses Adam with the learning rate schedule of
+    the class's `RECIPE` (`applications.Recipe`), the model's own loss
+    (`_loss_for_compile`) and `_default_metrics()`. A model saved on
+    TensorFlow or JAX with `steps_per_execution > 1` in its compile config
+    loads on PyTorch, whose Keras trainer runs one step per call, with one
+    (and a warning).
+
+    The config is `_architecture_config()` (what the constructor takes) with
+    the model's name, whether it is trainable, and `frozen_layers`, the
+    layers with weights set untrainable (`model.backbone.trainable = False`
+    freezes the backbone's), which `from_config` freezes again: a `.keras`
+    file, a preset and a continued run keep them frozen.
+    """
+
+    RECIPE = None
+    """The architecture's `applications.Recipe`."""
+
+    # Compile -------------------------------------------------------------------
+
+    def _default_metrics(self):
+        """The metrics of `compile(metrics="auto")`; subclasses with other targets override it."""
+        return ["accuracy"]
+
+    def _loss_for_compile(self, loss):
+        """The `loss` to give `keras.Model.compile` for the argument `loss`."""
+        return loss
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
+        """Configure the model for training; with no arguments, as its paper trains it.
+
+        Args:
+            optimizer: `"auto"` (default): Adam with the learning rate
+                schedule of the class's `RECIPE`; or any Keras optimizer.
+            loss: `"auto"` (default): the model's own loss, which its
+                docstring describes.
+            metrics: `"auto"` (default): the class's metrics (accuracy); or a
+                list of Keras metrics.
+            **kwargs: the other arguments of `keras.Model.compile`, e.g.
+                `steps_per_execution` or `jit_compile`.
+        """
+        if isinstance(optimizer, str) and optimizer == "auto":
+            optimizer = self.RECIPE.optimizer()
+        if isinstance(metrics, str) and metrics == "auto":
+            metrics = self._default_metrics()
+        loss = self._loss_for_compile(loss)
+        steps = kwargs.get("steps_per_execution", 1)
+        if keras.backend.backend() == "torch" and steps != 1:
+            warnings.warn(
+                f"steps_per_execution={steps} is taken as 1: PyTorch's Keras trainer runs one "
+                "step per call.",
+                stacklevel=2,
+            )
+            kwargs["steps_per_execution"] = 1
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def compile_from_config(self, config):
+        # Keras loads the compile state of a model whose `compile` is its own
+        # only through this method, as its warning on load asks.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    # Config --------------------------------------------------------------------
+
+    def _architecture_config(self):
+        """The constructor's arguments that build this model again (the subclass's)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _from_architecture_config(cls, config):
+        """The model of `_architecture_config()`'s `config`; subclasses deserialize in it."""
+        return cls(**config)
+
+    def get_config(self):
+        config = {"name": self.name, "trainable": self.trainable, **self._architecture_config()}
+        frozen = frozen_layers(self)
+        if frozen:
+            config["frozen_layers"] = frozen
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        frozen = config.pop("frozen_layers", ())
+        model = cls._from_architecture_config(config)
+        freeze(model, frozen)
+        return model
+
+
+def frozen_layers(model, prefix=""):
+    """The paths (`"backbone/conv1"`) of the layers with weights that are not trainable.
+
+    A frozen nested model is one path; inside a trainable one, its own
+    frozen layers are listed.
+    """
+    paths = []
+    for layer in model.layers:
+        path = prefix + layer.name
+        if not layer.weights:
+            continue
+        if not layer.trainable:
+            paths.append(path)
+        elif isinstance(layer, keras.Model):
+            paths.extend(frozen_layers(layer, prefix=path + "/"))
+    return paths
+
+
+def freeze(model, paths):
+    """Set the layers of `model` at `paths` (see `frozen_layers`) untrainable.
+
+    A backbone whose every layer with weights is then frozen reports
+    `model.backbone.trainable == False`, as it did when it was frozen.
+    """
+    for path in paths:
+        layer = model
+        try:
+            for name in path.split("/"):
+                layer = layer.get_layer(name)
+        except ValueError:
+            raise ValueError(
+                f"`frozen_layers` names {path!r}, which is no layer of {model.name}. "
+                f"Received: frozen_layers={list(paths)!r}"
+            ) from None
+        layer.trainable = False
+    backbone = getattr(model, "backbone", None)  # the CNN baseline has none
+    if paths and backbone is not None:
+        weighted = [layer for layer in backbone.layers if layer.weights]
+        if weighted and not any(layer.trainable for layer in weighted):
+            backbone.trainable = False
+
+
+def own_loss(model, loss):
+    """`None` for `loss="auto"` (or `None`): a model computing its own loss takes no other."""
+    if loss is None or (isinstance(loss, str) and loss == "auto"):
+        return None
+    raise ValueError(
+        f"{type(model).__name__} computes its own loss (see its docstring), so `compile` "
+        f"takes loss='auto' only. Received: loss={loss!r}"
+    )
