@@ -30,8 +30,6 @@ from _training import log
 
 MODELS = ("capsnet_mnist", "efficient_capsnet", "em", "baseline_cnn")
 DATA = ("mnist", "fashion_mnist")
-BATCH_SIZES = {"capsnet_mnist": 100, "efficient_capsnet": 16, "em": 32, "baseline_cnn": 100}
-"""Each model's own: the papers' (100, 16), the EM experiments' 32, and 100 for the CNN."""
 
 
 def parse_args(argv=None):
@@ -81,7 +79,7 @@ def run_one(name, data, args):
     x, x_test = x[..., None], x_test[: args.test_size, ..., None]
     y_test = y_test[: args.test_size]
     model = build(name)
-    batch_size = BATCH_SIZES[name]
+    batch_size = model.RECIPE.batch_size  # each model's own: 100, 16, 32 (EM) and 100 (CNN)
     budget = args.minutes * 60.0
 
     from keras_capsules._steps import steps_run
