@@ -1,5 +1,3 @@
-import json
-
 import keras
 import numpy as np
 import pytest
@@ -25,11 +23,6 @@ def _backbone(input_shape=(32, 32, 3)):
 
 def _images(seed, n=8, shape=(32, 32, 3)):
     return np.random.default_rng(seed).integers(0, 256, size=(n,) + shape).astype("float32")
-
-
-def _same_config(a, b):
-    """Configs equal once JSON has made tuples and lists alike, as the .keras file does."""
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 @pytest.mark.parametrize("routing", ROUTINGS)
