@@ -7,12 +7,15 @@ from applications.backbone_capsnet import BackboneCapsNet
 from applications.backbone_cnn import BackboneCNN
 from applications.baseline_cnn import BaselineCNN
 from applications.capsnet import CapsNet
-from applications.capsnet_mnist import CapsNetMNIST
-from applications.capsnet_multimnist import CapsNetMultiMNIST
-from applications.capsnet_multimnist import MultiMNISTAccuracy
+from applications.capsnet import CapsNetBackbone
+from applications.capsnet import CapsNetMNIST
+from applications.capsnet import CapsNetMultiMNIST
+from applications.capsnet import MultiMNISTAccuracy
 from applications.efficient_capsnet import EfficientCapsNet
+from applications.efficient_capsnet import EfficientCapsNetBackbone
 from applications.matrix_capsnet import MatrixCapsNet
-from applications.matrix_capsnet_norb import MatrixCapsNetNORB
+from applications.matrix_capsnet import MatrixCapsNetBackbone
+from applications.matrix_capsnet import MatrixCapsNetNORB
 from applications.recipe import Recipe
 
 __all__ = [
@@ -20,10 +23,13 @@ __all__ = [
     "BackboneCNN",
     "BaselineCNN",
     "CapsNet",
+    "CapsNetBackbone",
     "CapsNetMNIST",
     "CapsNetMultiMNIST",
     "EfficientCapsNet",
+    "EfficientCapsNetBackbone",
     "MatrixCapsNet",
+    "MatrixCapsNetBackbone",
     "MatrixCapsNetNORB",
     "MultiMNISTAccuracy",
     "PresetMixin",

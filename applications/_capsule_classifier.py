@@ -28,8 +28,10 @@ class CapsuleClassifier(
 ):
     """A functional model from images to class capsules, trained on the margin loss.
 
-    A subclass builds its graph from `images` to the class capsules `poses`
-    `(batch, num_classes, capsule_dim)` and hands both to `__init__`, with its
+    A subclass builds its graph from `images` through its `backbone` (a
+    `keras.Model` called in the graph, which the model tracks) to the class
+    capsules `poses` `(batch, num_classes, capsule_dim)` and hands all three
+    to `__init__`, with its
     own config entries (which must hold `input_shape`, `num_classes`,
     `class_names` and `capsule_dim`) and the arguments every such model takes
     (`rescale`, the decoder, the policy, whether to compile). This
@@ -46,6 +48,7 @@ class CapsuleClassifier(
         images,
         poses,
         *,
+        backbone,
         config,
         policy,
         rescale,
@@ -72,6 +75,7 @@ class CapsuleClassifier(
         )
         # The model's own policy decides loss scaling in compile (mixed_float16).
         self.dtype_policy = policy
+        self.backbone = backbone
         self._config = {
             **config,
             "class_names": None if config["class_names"] is None else list(config["class_names"]),

@@ -14,7 +14,7 @@ import datetime
 import hashlib
 import json
 import os
-import re
+import tempfile
 import warnings
 
 import keras
@@ -271,31 +271,53 @@ def _load_weights(model, weights):
     with warnings.catch_warnings():
         # A preset holds no optimizer state (a compiled model's optimizer is new).
         warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
+        # What Keras says of a nested model whose weights do not fit: the error says it.
+        warnings.filterwarnings("ignore", "Skipping nested container")
         try:
             model.load_weights(weights)
         except ValueError as error:
             raise ValueError(
                 f"{weights} does not hold the weights of the model its {CONFIG_FILE} "
-                f"describes: {_mismatch(error)}. The preset's files come from different "
-                "models; write the preset again with save_to_preset()."
+                f"describes: {_mismatch(model, weights, error)}. The preset's files come from "
+                "different models; write the preset again with save_to_preset()."
             ) from None
 
 
-_SHAPES = re.compile(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(.*?)\. Target variable")
-_PATH = re.compile(r"Target variable: <Variable path=([^,]+),")
+def _mismatch(model, weights, error):
+    """The first weight of `model` whose shape `weights` (a `.weights.h5` file) does not hold.
 
+    Keras's own error on a nested model names no shape, so the files are
+    compared: `model`'s weights are set to their index and saved, which tells
+    which variable each dataset of Keras's layout is, and the datasets of
+    `weights` at the same places are read for their shapes.
+    """
+    import h5py
 
-def _mismatch(error):
-    """What Keras's error on loading weights says, in one line and without the values."""
-    text = str(error)
-    shapes, path = _SHAPES.search(text), _PATH.search(text)
-    if shapes and path:
-        # The file's shape as the backend writes it: (72, 8, 40) or torch.Size([72, 8, 40]).
-        stored = str(tuple(int(size) for size in re.findall(r"\d+", shapes.group(2))))
-        return (
-            f"{path.group(1)} has the shape {shapes.group(1)} in the model and {stored} in the file"
-        )
-    return text.strip().splitlines()[0][:300]
+    for index, variable in enumerate(model.weights):
+        variable.assign(np.full(tuple(variable.shape), index, dtype=variable.dtype))
+    with tempfile.TemporaryDirectory() as folder:
+        marked = os.path.join(folder, "marked.weights.h5")
+        model.save_weights(marked)
+        with h5py.File(marked, "r") as want, h5py.File(weights, "r") as got:
+            places = {}  # the index of each variable -> its dataset in Keras's layout
+
+            def mark(key, item):
+                if isinstance(item, h5py.Dataset) and item.size and not key.startswith("optimizer"):
+                    places.setdefault(int(item[()].flat[0]), key)
+
+            want.visititems(mark)
+            for index, variable in enumerate(model.weights):  # in the model's order
+                if index not in places:
+                    continue
+                stored, shape = got.get(places[index]), tuple(variable.shape)
+                if not isinstance(stored, h5py.Dataset):
+                    return f"{variable.path} of the shape {shape} is not in the file"
+                if tuple(stored.shape) != shape:
+                    return (
+                        f"{variable.path} has the shape {shape} in the model and "
+                        f"{tuple(stored.shape)} in the file"
+                    )
+    return str(error).strip().splitlines()[0][:300]
 
 
 def _copy_weights(source, target, float16=False):
@@ -446,7 +468,7 @@ class PresetMixin:
 
         >>> pets = applications.EfficientCapsNet.from_preset(folder, class_names=["cat", "dog"])
         >>> pets.preset_layers[:2]
-        ('conv1', 'batch_norm1')
+        ('backbone/conv1', 'backbone/batch_norm1')
         >>> pets.backbone.trainable = False  # train the class capsules alone
         """
         return load_preset(cls, preset, **kwargs)

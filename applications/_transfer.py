@@ -1,34 +1,9 @@
-"""A model's feature extractor as `model.backbone`, and trained layers carried to a new model."""
+"""Trained layers carried from a preset's model to a new model of other classes or images."""
 
 import keras
 import numpy as np
 
 from keras_capsules._compat import keras as keras_compat
-
-
-class BackboneView:
-    """`backbone`: the model's layers from the images to `BACKBONE_OUTPUT`, as a `keras.Model`.
-
-    The backbone shares its layers with the model, so
-    `model.backbone.trainable = False` freezes them in the model (Keras's way:
-    set it before `fit`, and batch normalisation then runs in inference
-    mode), and `model.backbone.predict(x)` gives the features the class
-    capsules read. It is not a part of the model's saved structure: the model
-    saves its layers once.
-    """
-
-    BACKBONE_OUTPUT = None
-    """The name of the backbone's last layer; the class capsules and the decoder come after it."""
-
-    @property
-    def backbone(self):
-        view = self.__dict__.get("_backbone_view")
-        if view is None:
-            output = self.get_layer(self.BACKBONE_OUTPUT).output
-            view = keras.Model(self.inputs, output, name=f"{self.name}_backbone")
-            # Set past Keras's tracking: the layers are the model's own already.
-            object.__setattr__(self, "_backbone_view", view)
-        return view
 
 
 def head_layers(model):
@@ -39,10 +14,18 @@ def head_layers(model):
     return head + ([decoder] if decoder is not None else [])
 
 
-def _layers_with_weights(model):
-    layers = {layer.name: layer for layer in model.layers if layer.weights}
+def _layers_with_weights(model, prefix=""):
+    """`{path: layer}` of the layers with weights, nested models walked (`"backbone/conv1"`)."""
+    layers = {}
+    for layer in model.layers:
+        if not layer.weights:
+            continue
+        if isinstance(layer, keras.Model):
+            layers.update(_layers_with_weights(layer, prefix=f"{prefix}{layer.name}/"))
+        else:
+            layers[prefix + layer.name] = layer
     decoder = getattr(model, "decoder", None)
-    if decoder is not None:
+    if decoder is not None and not prefix:
         layers[decoder.name] = decoder
     return layers
 
@@ -69,9 +52,9 @@ def _grey_to_colour(source, target):
 
 
 def transfer_weights(source, target, new_head):
-    """Copy `source`'s weights into the layers of `target` that still fit; return their names.
+    """Copy `source`'s weights into the layers of `target` that still fit; return their paths.
 
-    A layer is copied when `source` has a layer of the same name whose weights
+    A layer is copied when `source` has a layer at the same path (`"backbone/conv1"`) whose weights
     have the same shapes; the first convolution of a one-channel model also
     fits a model of more channels (its kernel spread over them). With
     `new_head`, the layers after the backbone (class capsules, scores and the

@@ -248,6 +248,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         super().__init__(
             images,
             poses,
+            backbone=backbone,
             scores=scores,
             class_loss=None if spread_margin is None else SpreadLoss(margin=spread_margin),
             config=config,
@@ -259,7 +260,6 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             name=name,
             **kwargs,
         )
-        self.backbone = backbone
         self.routing = routing
 
 

@@ -189,7 +189,7 @@ def build_convs_only(steps_per_execution):
     logits = keras.layers.Dense(10, dtype="float32", name="logits")(x)
     model = keras.Model(images, logits, name="convs_only")
     model.compile(
-        optimizer=applications.CapsNetMNIST.RECIPE.optimizer(),
+        optimizer=applications.CapsNet.RECIPE.optimizer(),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
         steps_per_execution=steps_per_execution,

@@ -126,12 +126,14 @@ def run_profile(args):
     compile_again(model, steps_per_execution=1)
     rng = np.random.default_rng(args.seed)
     x = rng.normal(size=(batch, 32, 32, 2)).astype("float32")
-    names = ["conv1", "primary_caps", "conv_caps1", "conv_caps2", "class_caps"]
-    probe = keras.Model(model.input, [model.get_layer(n).input for n in names])
-    inputs = probe(x)
+    names = ["conv1", "primary_caps", "conv_caps1", "conv_caps2"]  # the backbone's
+    layers = [model.backbone.get_layer(n) for n in names] + [model.get_layer("class_caps")]
+    names.append("class_caps")
+    # The inputs are standardised (rescale=None): the backbone sees them as they are.
+    probe = keras.Model(model.backbone.input, [layer.input for layer in layers[:-1]])
+    inputs = [*probe(x), keras.Model(model.input, layers[-1].input)(x)]
     seconds = {}
-    for name, layer_input in zip(names, inputs):
-        layer = model.get_layer(name)
+    for name, layer, layer_input in zip(names, layers, inputs):
         step = _gradient_step(layer, layer_input)
         step()  # trace and warm up
         start = time.perf_counter()

@@ -58,7 +58,8 @@ def conv1_gradients(iterations, tempering, batches, seed, stop_responsibilities=
         for x, y in batches:
             with tf.GradientTape() as tape:
                 loss = SpreadLoss(margin=0.2)(y, model(x, training=True)["probabilities"])
-            grads.append(tape.gradient(loss, model.get_layer("conv1").kernel).numpy().ravel())
+            kernel = model.backbone.get_layer("conv1").kernel
+            grads.append(tape.gradient(loss, kernel).numpy().ravel())
     finally:
         routing.normalize_over_positions, routing.normalize_over_outputs = original
     return grads

@@ -449,9 +449,7 @@ def train(args, recipe, folder, progress):
         # classes; the recipe builds the same network today, so the weights load into it.
         start_folder = os.path.join(folder, "start")
         log(f"starting {recipe['name']} after epoch {started} from the preset in {start_folder}")
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
-            model.load_weights(os.path.join(start_folder, "model.weights.h5"))
+        _load_start_weights(model, os.path.join(start_folder, "model.weights.h5"))
     if args.steps_per_execution:
         compile_again(model, steps_per_execution=args.steps_per_execution)
     session = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": _machine()}
@@ -495,6 +493,50 @@ def train(args, recipe, folder, progress):
         session["epochs"] = session.get("epochs", 0) + 1
         _write_json(os.path.join(folder, "progress.json"), progress)
     return model, progress
+
+
+def _load_start_weights(model, path):
+    """Load the start preset's weights file into `model`, from either weights layout.
+
+    A start preset written before the backbones became submodels holds every
+    layer at the top of the file (`layers/conv2d`); today the backbone's are
+    one level down (`layers/matrix_caps_net_backbone/layers/conv2d`). Such a
+    file is rewritten, group by group, into the layout `model` saves.
+    """
+    import h5py
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
+        warnings.filterwarnings("ignore", "Skipping nested container")
+        try:
+            model.load_weights(path)
+            return
+        except ValueError:
+            pass
+        with tempfile.TemporaryDirectory() as folder:
+            moved = os.path.join(folder, "moved.weights.h5")
+            model.save_weights(moved)  # the layout, filled below with the start's values
+            with h5py.File(moved, "r+") as new, h5py.File(path, "r") as old:
+                nested = {
+                    name: f"layers/{group}/layers/{name}"
+                    for group in new["layers"]
+                    if "layers" in new["layers"][group]
+                    for name in new["layers"][group]["layers"]
+                }
+
+                def place(key, item):
+                    if not isinstance(item, h5py.Dataset) or key.startswith("optimizer"):
+                        return
+                    top, _, rest = key.partition("/")
+                    if top == "layers":
+                        name, _, rest = rest.partition("/")
+                        top = f"layers/{name}" if name in new["layers"] else nested[name]
+                    target = f"{top}/{rest}"
+                    del new[target]
+                    new.create_dataset(target, data=item[()])
+
+                old.visititems(place)
+            model.load_weights(moved)
 
 
 def _test_accuracy(model, x_test, y_test):

@@ -179,7 +179,7 @@ def test_train_matrix_capsnet_mnist(tmp_path, monkeypatch):
     assert len(made) == 1  # the options' settings, checked once and shared by every layer
     metrics = json.load(open(os.path.join(output, "metrics.json")))
     saved = _model.load_model(os.path.join(output, "model.keras"))
-    conv_caps2 = saved.get_layer("conv_caps2")
+    conv_caps2 = saved.backbone.get_layer("conv_caps2")
     assert conv_caps2.variance_epsilon == 0.01
     assert (conv_caps2.tempering, conv_caps2.normalization) == (0.3, "positions")
     assert saved.get_layer("class_caps").inverse_temperature_schedule == "authors"
@@ -271,7 +271,7 @@ def test_train_with_mixed_precision_and_data_parallel(tmp_path, precision):
     assert metrics["precision"] == precision and metrics["replicas"] == 1  # one CPU device
     assert metrics["nonfinite_loss_steps"] == 0 and 0 <= metrics["test_accuracy"] <= 1
     saved = _model.load_model(os.path.join(output, "model.keras"))
-    assert saved.get_layer("conv1").dtype_policy.name == precision
+    assert saved.backbone.get_layer("conv1").dtype_policy.name == precision
     assert saved.get_layer("digit_caps").dtype_policy.name == precision
     assert saved.get_layer("probabilities").dtype_policy.name == "float32"
 
@@ -639,12 +639,13 @@ def test_train_from_a_preset_on_other_classes_keeps_its_backbone(tmp_path, capsy
     args = ["train", "capsnet", "--images", folder, "--image-size", "28", "28", "--verbose", "2"]
     args += ["--from-preset", preset_folder, "--freeze-backbone", "--color-mode", "grayscale"]
     assert cli.main([*args, "--batch-size", "4", "--output", output]) == 0
-    assert "conv1, primary_caps kept" in capsys.readouterr().out
+    assert "backbone/conv1, backbone/primary_caps kept" in capsys.readouterr().out
     model = keras.saving.load_model(os.path.join(output, "model.keras"))
     assert model.class_names == ("a", "b")
     for name in ("conv1", "primary_caps"):  # frozen: the preset's weights, unchanged
         for got, expected in zip(
-            model.get_layer(name).get_weights(), preset.get_layer(name).get_weights()
+            model.backbone.get_layer(name).get_weights(),
+            preset.backbone.get_layer(name).get_weights(),
         ):
             np.testing.assert_array_equal(got, expected)
     head = model.get_layer("digit_caps").get_weights()[0]

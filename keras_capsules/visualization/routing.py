@@ -10,10 +10,12 @@ REDUCTIONS = ("mean", "sum")
 
 
 def _capsule_layers(model):
+    from keras_capsules._compat import keras as keras_compat
     from keras_capsules.layers import CapsuleLayer
     from keras_capsules.layers import PrimaryCapsule
 
-    primary = [layer for layer in model.layers if isinstance(layer, PrimaryCapsule)]
+    layers = keras_compat.flatten_layers(model, include_self=False)  # the backbone's too
+    primary = [layer for layer in layers if isinstance(layer, PrimaryCapsule)]
     routed = [layer for layer in model.layers if isinstance(layer, CapsuleLayer)]
     if len(primary) != 1 or len(routed) != 1:
         raise ValueError(
@@ -53,7 +55,7 @@ def couplings(model, x, reduce="mean"):
     x = _common.check_images(model, x, single=True)
     primary, routed = _capsule_layers(model)
     _, height, width, _ = primary.conv.compute_output_shape(primary.input.shape)
-    encoder = keras.Model(model.input, primary.output)
+    encoder = keras.Model(model.input, routed.input)
     capsules = encoder(x, training=False)
     _, coupling = routed(capsules, return_coupling=True)
     coupling = np.asarray(keras.ops.convert_to_numpy(coupling), dtype="float32")[0]

@@ -11,18 +11,27 @@ SMALL = {
     "MatrixCapsNet": dict(A=8, B=2, C=3, D=2, iterations=1),
 }
 BACKBONES = {
-    "CapsNet": ["conv1", "primary_caps"],
+    "CapsNet": ["backbone/conv1", "backbone/primary_caps"],
     "EfficientCapsNet": [
-        *(f"{kind}{i}" for i in range(1, 5) for kind in ("conv", "batch_norm")),
-        "primary_caps",
+        *(f"backbone/{kind}{i}" for i in range(1, 5) for kind in ("conv", "batch_norm")),
+        "backbone/primary_caps",
     ],
-    "MatrixCapsNet": ["conv1", "primary_caps", "conv_caps1", "conv_caps2"],
+    "MatrixCapsNet": [
+        f"backbone/{name}" for name in ("conv1", "primary_caps", "conv_caps1", "conv_caps2")
+    ],
 }
 DIGITS = [str(d) for d in range(10)]
 
 
 def _weights(layer):
     return [np.asarray(w) for w in layer.get_weights()]
+
+
+def _layer(model, path):
+    """The layer at `path` (`"backbone/conv1"`) of `model`."""
+    for name in path.split("/"):
+        model = model.get_layer(name)
+    return model
 
 
 def _preset(tmp_path, name):
@@ -38,9 +47,7 @@ def test_new_classes_keep_the_backbone_and_build_a_new_head(tmp_path, name):
     assert model.num_classes == 3 and model.class_names == ("cat", "dog", "bird")
     assert list(model.preset_layers) == BACKBONES[name]
     for layer in model.preset_layers:
-        for got, expected in zip(
-            _weights(model.get_layer(layer)), _weights(preset.get_layer(layer))
-        ):
+        for got, expected in zip(_weights(_layer(model, layer)), _weights(_layer(preset, layer))):
             np.testing.assert_array_equal(got, expected)
     head = "class_caps" if name == "MatrixCapsNet" else "digit_caps"
     assert model.get_layer(head).weights[0].shape != preset.get_layer(head).weights[0].shape
@@ -54,7 +61,7 @@ def test_new_classes_keep_the_backbone_and_build_a_new_head(tmp_path, name):
 def test_the_same_classes_keep_the_whole_model_and_other_names_do_not(tmp_path):
     preset, folder = _preset(tmp_path, "CapsNet")
     same = applications.CapsNet.from_preset(folder, class_names=DIGITS, input_shape=(28, 28, 1))
-    assert list(same.preset_layers) == ["conv1", "primary_caps", "digit_caps", "decoder"]
+    assert list(same.preset_layers) == [*BACKBONES["CapsNet"], "digit_caps", "decoder"]
     x = np.random.default_rng(1).integers(0, 256, (3, 28, 28, 1)).astype("float32")
     np.testing.assert_allclose(same.predict(x, verbose=0), preset.predict(x, verbose=0), atol=1e-6)
     renamed = applications.CapsNet.from_preset(folder, class_names=list("abcdefghij"))
@@ -66,12 +73,12 @@ def test_a_grey_preset_starts_a_colour_model_of_another_size(tmp_path):
     model = applications.CapsNet.from_preset(
         folder, input_shape=(36, 40, 3), class_names=["a", "b"]
     )
-    assert list(model.preset_layers) == ["conv1", "primary_caps"]
-    grey, _ = _weights(preset.get_layer("conv1"))
-    colour, bias = _weights(model.get_layer("conv1"))
+    assert list(model.preset_layers) == BACKBONES["CapsNet"]
+    grey, _ = _weights(_layer(preset, "backbone/conv1"))
+    colour, bias = _weights(_layer(model, "backbone/conv1"))
     assert colour.shape == (9, 9, 3, 16)
     np.testing.assert_allclose(colour, np.repeat(grey, 3, axis=2) / 3)
-    np.testing.assert_array_equal(bias, _weights(preset.get_layer("conv1"))[1])
+    np.testing.assert_array_equal(bias, _weights(_layer(preset, "backbone/conv1"))[1])
     # A grey image repeated over three channels gives the grey model's features.
     x = np.random.default_rng(2).integers(0, 256, (2, 36, 40, 1)).astype("float32")
     grey_model = applications.CapsNet.from_preset(folder, input_shape=(36, 40, 1), num_classes=2)
@@ -92,17 +99,23 @@ def test_training_from_a_preset_with_a_frozen_backbone_changes_only_the_head(tmp
     head_before = [np.asarray(w).copy() for w in model.get_layer("digit_caps").weights]
     model.fit(x, np.arange(32) % 2, batch_size=8, epochs=1, verbose=0)
     for name in BACKBONES["EfficientCapsNet"]:  # batch normalisation's statistics too
-        for got, expected in zip(_weights(model.get_layer(name)), _weights(preset.get_layer(name))):
+        for got, expected in zip(_weights(_layer(model, name)), _weights(_layer(preset, name))):
             np.testing.assert_array_equal(got, expected)
     head_after = [np.asarray(w) for w in model.get_layer("digit_caps").weights]
     assert any(not np.array_equal(a, b) for a, b in zip(head_after, head_before))
 
 
-def test_the_backbone_is_a_view_the_model_saves_once(tmp_path):
-    model = applications.CapsNet(**SMALL["CapsNet"], compile=False)
-    assert model.backbone.output.shape == (None, 6 * 6 * 4, 8)
-    assert [layer.name for layer in model.backbone.layers if layer.weights] == BACKBONES["CapsNet"]
-    assert model.backbone is model.backbone
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_the_backbone_is_a_submodel_the_model_saves_once(tmp_path, name):
+    model = getattr(applications, name)(**SMALL[name], compile=False)
+    backbone = model.backbone
+    assert backbone is model.get_layer("backbone")
+    assert type(backbone).__name__ == f"{name}Backbone"
+    names = [f"backbone/{layer.name}" for layer in backbone.layers if layer.weights]
+    assert names == BACKBONES[name]
+    # The backbone alone, from its config, is the same network.
+    again = type(backbone).from_config(backbone.get_config())
+    assert again.count_params() == backbone.count_params()
     path = str(tmp_path / "m.weights.h5")
     model.save_weights(path)
     import h5py

@@ -89,7 +89,7 @@ def test_build_follows_the_hyperparameters():
         assert config[ARGUMENT.get(name, name)] == value, name
     assert config["normalization"] == "positions"
     assert config["input_shape"] == (28, 28, 1) and config["rescale"] == 1 / 255
-    assert model.get_layer("conv_caps2").inverse_temperature == 0.05
+    assert model.backbone.get_layer("conv_caps2").inverse_temperature == 0.05
     schedule = model.optimizer.get_config()["learning_rate"]["config"]
     assert (schedule["initial_learning_rate"], schedule["decay_steps"]) == (1e-3, 2000)
 

@@ -133,7 +133,7 @@ def test_couplings_match_procedure_1_on_the_primary_grid(model, digits):
     maps = couplings(model, x[0])
     assert maps.shape == (6, 6, 10)
     np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-5)
-    primary = keras.Model(model.input, model.get_layer("primary_caps").output)(x[:1, ..., None])
+    primary = keras.Model(model.input, model.get_layer("digit_caps").input)(x[:1, ..., None])
     votes = keras.ops.convert_to_numpy(model.get_layer("digit_caps").votes(primary))
     votes = swap_parents_and_children(votes)
     _, expected = numpy_procedure_1(votes, iterations=3)

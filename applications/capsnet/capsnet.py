@@ -7,16 +7,14 @@ from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
-from applications._transfer import BackboneView
+from applications.capsnet.capsnet_backbone import CapsNetBackbone
 from applications.recipe import Recipe
-from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import CapsuleLayer
-from keras_capsules.layers import PrimaryCapsule
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsNet(BackboneView, CapsuleClassifier):
+class CapsNet(CapsuleClassifier):
     """The CapsNet of Sabour et al. 2017 (dynamic routing), for any images and classes.
 
     Conv1 (256 filters 9x9, ReLU) -> PrimaryCaps (32 types x 8D, 9x9 stride 2)
@@ -24,7 +22,8 @@ class CapsNet(BackboneView, CapsuleClassifier):
     lengths, plus the reconstruction decoder (512, 1024, then one output per
     pixel and channel of `input_shape`). On 28x28 grey images with 10 classes
     it is the paper's network, 8,215,568 parameters (`CapsNetMNIST`). Conv1
-    and PrimaryCaps are `backbone`.
+    and PrimaryCaps are `backbone`, a `CapsNetBackbone` (images of at least
+    17x17 with the default kernels).
 
     The model takes images with pixel values in [0, 255], grey or colour, as
     `keras.utils.image_dataset_from_directory` and
@@ -90,7 +89,6 @@ class CapsNet(BackboneView, CapsuleClassifier):
         arXiv:1710.09829.
     """
 
-    BACKBONE_OUTPUT = "primary_caps"
     RECIPE = Recipe(batch_size=100, learning_rate=1e-3)
 
     def __init__(
@@ -115,37 +113,25 @@ class CapsNet(BackboneView, CapsuleClassifier):
         name="capsnet",
         **kwargs,
     ):
-        input_shape = check_image_shape(input_shape)
         num_classes, class_names = resolve_classes(num_classes, class_names)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
-        check_positive_ints(
+        check_positive_ints(capsule_dim=capsule_dim, iterations=iterations)
+        check_reconstruction_weight(reconstruction_weight)
+        backbone = CapsNetBackbone(
+            input_shape=input_shape,
             conv_filters=conv_filters,
+            conv_kernel_size=conv_kernel_size,
             primary_capsule_types=primary_capsule_types,
             primary_capsule_dim=primary_capsule_dim,
-            capsule_dim=capsule_dim,
-            iterations=iterations,
+            primary_kernel_size=primary_kernel_size,
+            primary_strides=primary_strides,
+            dtype=policy,
+            name="backbone",
         )
-        check_reconstruction_weight(reconstruction_weight)
-
+        input_shape = backbone.image_shape
         images = keras.Input(shape=input_shape, name="images")
-        x = rescaled(images, rescale, policy)
-        x = keras.layers.Conv2D(
-            conv_filters,
-            conv_kernel_size,
-            activation="relu",
-            kernel_initializer="he_normal",
-            name="conv1",
-            dtype=policy,
-        )(x)
-        primary = PrimaryCapsule(
-            primary_capsule_types,
-            primary_capsule_dim,
-            primary_kernel_size,
-            strides=primary_strides,
-            name="primary_caps",
-            dtype=policy,
-        )(x)
+        primary = backbone(rescaled(images, rescale, policy))
         poses = CapsuleLayer(
             num_classes,
             capsule_dim,
@@ -171,6 +157,7 @@ class CapsNet(BackboneView, CapsuleClassifier):
         super().__init__(
             images,
             poses,
+            backbone=backbone,
             config=config,
             policy=policy,
             rescale=rescale,

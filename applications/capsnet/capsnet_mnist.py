@@ -1,20 +1,19 @@
-import keras
-
 from applications._classes import DIGITS
-from applications._configuration import PaperConfiguration
-from applications.capsnet import CapsNet
+from applications._configuration import configured
+from applications.capsnet.capsnet import CapsNet
 
 
-@keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsNetMNIST(PaperConfiguration, CapsNet):
-    """The paper's configuration of `CapsNet`: 28x28 grey digits, 10 classes, ready to `fit`.
+def CapsNetMNIST(name="capsnet_mnist", **kwargs):
+    """The paper's CapsNet for MNIST: 28x28 grey digits, 10 classes, ready to `fit`.
 
     Conv1 (256 filters 9x9, ReLU) -> PrimaryCaps (32 types x 8D, 9x9 stride 2)
     -> DigitCaps (10 x 16D, dynamic routing) -> capsule lengths, plus the
     reconstruction decoder (512, 1024, 784): the paper's 8,215,568
-    parameters. The classes are the digits, named `"0"` to `"9"`. For other
-    images or classes use `CapsNet`, which takes `input_shape`,
-    `num_classes` and `class_names`; every other argument is `CapsNet`'s.
+    parameters. The classes are the digits, named `"0"` to `"9"`. Like
+    `keras.applications.ResNet50`, a function that returns the configured
+    model: an `applications.CapsNet`, which takes `input_shape`,
+    `num_classes` and `class_names` for other images or classes; every other
+    argument is `CapsNet`'s.
 
     The model takes images with pixel values in [0, 255], as
     `keras_capsules.datasets.mnist.load_data()` returns them (uint8 or float,
@@ -28,8 +27,12 @@ class CapsNetMNIST(PaperConfiguration, CapsNet):
     longest or from chosen capsules.
 
     Args:
+        name: the model's name (`"capsnet_mnist"`).
         **kwargs: `CapsNet`'s arguments but `input_shape`, `num_classes` and
             `class_names`, e.g. `iterations` or `conv_filters`.
+
+    Returns:
+        An `applications.CapsNet`.
 
     Example:
 
@@ -46,9 +49,5 @@ class CapsNetMNIST(PaperConfiguration, CapsNet):
         Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
         arXiv:1710.09829.
     """
-
-    ARCHITECTURE = "CapsNet"
-    CONFIGURATION = {"input_shape": (28, 28, 1), "num_classes": 10, "class_names": DIGITS}
-
-    def __init__(self, name="capsnet_mnist", **kwargs):
-        super().__init__(**self.configured(kwargs), name=name)
+    fixed = {"input_shape": (28, 28, 1), "num_classes": 10, "class_names": DIGITS}
+    return CapsNet(**configured("CapsNetMNIST", "CapsNet", fixed, kwargs), name=name)

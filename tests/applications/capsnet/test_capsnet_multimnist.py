@@ -27,8 +27,8 @@ def test_paper_model_has_11_36m_parameters():
     model = applications.CapsNetMultiMNIST(compile=False)
     assert model.image_shape == (36, 36, 1)
     assert model.count_params() == 11_361_808  # the paper: 11.36M
-    assert model.get_layer("conv1").count_params() == 20_992
-    assert model.get_layer("primary_caps").count_params() == 5_308_672
+    assert model.backbone.get_layer("conv1").count_params() == 20_992
+    assert model.backbone.get_layer("primary_caps").count_params() == 5_308_672
     assert model.get_layer("digit_caps").count_params() == 3200 * 10 * 8 * 16
     assert model.decoder.count_params() == 160 * 512 + 512 + 512 * 1024 + 1024 + 1024 * 1296 + 1296
 

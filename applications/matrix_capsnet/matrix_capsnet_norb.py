@@ -1,13 +1,12 @@
-import keras
-
-from applications._configuration import PaperConfiguration
-from applications.matrix_capsnet import MatrixCapsNet
+from applications._configuration import configured
+from applications.matrix_capsnet.matrix_capsnet import MatrixCapsNet
 from keras_capsules.datasets.smallnorb import CLASS_NAMES
 
 
-@keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNetNORB(PaperConfiguration, MatrixCapsNet):
-    """The paper's configuration of `MatrixCapsNet`: smallNORB's 32x32 stereo pairs, 5 classes.
+def MatrixCapsNetNORB(
+    A=None, B=None, C=None, D=None, rescale=None, name="matrix_capsnet_norb", **kwargs
+):
+    """The paper's matrix capsule network for smallNORB: 32x32 stereo pairs, 5 classes.
 
     Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types) -> ConvCaps1 (C
     types, 3x3, stride 2) -> ConvCaps2 (D types, 3x3) -> 5 class capsules with
@@ -16,7 +15,10 @@ class MatrixCapsNetNORB(PaperConfiguration, MatrixCapsNet):
     C=D=16 has 68,754, its "68K". The classes are smallNORB's
     (`keras_capsules.datasets.smallnorb.CLASS_NAMES`), and the inputs are
     taken as the smallNORB pipelines give them, standardised (`rescale=None`
-    by default). For other images or classes use `MatrixCapsNet`.
+    by default). Like `keras.applications.ResNet50`, a function that returns
+    the configured model: an `applications.MatrixCapsNet`, which takes
+    `input_shape`, `num_classes` and `class_names` for other images or
+    classes.
 
     Args:
         A: Conv1's filters, as `MatrixCapsNet`'s (32).
@@ -27,7 +29,10 @@ class MatrixCapsNetNORB(PaperConfiguration, MatrixCapsNet):
             smallNORB pipelines give them.
         **kwargs: `MatrixCapsNet`'s other arguments but `input_shape`,
             `num_classes` and `class_names`: the sizes (`A`, `B`, `C`, `D`),
-            the routing's settings, the spread margin, the compile defaults.
+            the routing's settings, the spread margin, `compile`, `dtype`.
+
+    Returns:
+        An `applications.MatrixCapsNet`.
 
     Example:
 
@@ -42,18 +47,6 @@ class MatrixCapsNetNORB(PaperConfiguration, MatrixCapsNet):
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
     """
 
-    ARCHITECTURE = "MatrixCapsNet"
-    CONFIGURATION = {"input_shape": (32, 32, 2), "num_classes": 5, "class_names": CLASS_NAMES}
-
-    def __init__(
-        self, A=None, B=None, C=None, D=None, rescale=None, name="matrix_capsnet_norb", **kwargs
-    ):
-        super().__init__(
-            A,
-            B,
-            C,
-            D,
-            **self.configured(kwargs),
-            rescale=rescale,
-            name=name,
-        )
+    fixed = {"input_shape": (32, 32, 2), "num_classes": 5, "class_names": CLASS_NAMES}
+    kwargs = configured("MatrixCapsNetNORB", "MatrixCapsNet", fixed, kwargs)
+    return MatrixCapsNet(A, B, C, D, **kwargs, rescale=rescale, name=name)

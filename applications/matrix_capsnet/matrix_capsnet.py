@@ -13,24 +13,19 @@ from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
 from applications._task import Task
 from applications._task import own_loss
-from applications._transfer import BackboneView
+from applications.matrix_capsnet.matrix_capsnet_backbone import MatrixCapsNetBackbone
 from applications.recipe import Recipe
 from keras_capsules import routing
 from keras_capsules._compat import keras as keras_compat
-from keras_capsules._em_arguments import routing_settings
-from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_model_arguments
 from keras_capsules._validation import is_int
 from keras_capsules._validation import is_number
 from keras_capsules.layers import ClassMatrixCapsule
-from keras_capsules.layers import MatrixCapsule
-from keras_capsules.layers import PrimaryMatrixCapsule
 from keras_capsules.losses import SpreadLoss
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class MatrixCapsNet(
-    BackboneView,
     PresetMixin,
     Task,
     CapsulePredictions,
@@ -45,7 +40,8 @@ class MatrixCapsNet(
     `iterations` iterations and a tempered E-step (`tempering`) in every
     capsule layer; `tempering=1.0` is the paper's E-step. All paddings are valid:
     a 32x32 input gives 14x14 primary capsules, 6x6 and 4x4 convolutional
-    capsules. Conv1 to ConvCaps2 are `backbone`. `MatrixCapsNetNORB` is the
+    capsules. Conv1 to ConvCaps2 are `backbone`, a `MatrixCapsNetBackbone`
+    (images of at least 17x17). `MatrixCapsNetNORB` is the
     paper's configuration for smallNORB (32x32 stereo pairs, 5 classes).
 
     Parameter counts, with 2 input channels (the stereo pair) and 5 classes:
@@ -144,7 +140,6 @@ class MatrixCapsNet(
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
     """
 
-    BACKBONE_OUTPUT = "conv_caps2"
     RECIPE = Recipe(batch_size=32, learning_rate=3e-3, spread_margin=(0.2, 0.9))
 
     def __init__(
@@ -185,44 +180,53 @@ class MatrixCapsNet(
                 ("D", D, "conv_caps2_types", conv_caps2_types),
             )
         )
-        input_shape = check_image_shape(input_shape)
         num_classes, class_names = resolve_classes(num_classes, class_names)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
-        if weight_decay < 0:
-            raise ValueError(f"`weight_decay` must be non-negative. Received: {weight_decay!r}")
-        regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
-        settings = routing_settings(
-            em_settings,
+        check_model_arguments(self, kwargs)
+        backbone = MatrixCapsNetBackbone(
+            input_shape=input_shape,
+            conv_filters=A,
+            primary_capsule_types=B,
+            conv_caps1_types=C,
+            conv_caps2_types=D,
+            normalization=normalization,
+            weight_decay=weight_decay,
+            em_settings=em_settings,
             iterations=iterations,
             inverse_temperature=inverse_temperature,
             variance_epsilon=variance_epsilon,
             tempering=tempering,
             inverse_temperature_schedule=inverse_temperature_schedule,
+            dtype=policy,
+            name="backbone",
         )
-
-        inputs, outputs = _network(
-            input_shape,
-            (A, B, C, D),
+        images = keras.Input(shape=backbone.image_shape, name="images")
+        capsules = backbone(rescaled(images, rescale, policy))
+        poses, activations = ClassMatrixCapsule(
             num_classes,
-            settings,
-            normalization=normalization,
             coordinate_addition=coordinate_addition,
-            regularizer=regularizer,
-            rescale=rescale,
-            policy=policy,
+            kernel_regularizer=backbone.regularizer,
+            name="class_caps",
+            dtype=policy,
+            em_settings=backbone.em_settings,
+        )(capsules)
+        activations = keras.layers.Activation("linear", dtype="float32", name="probabilities")(
+            activations
         )
-        check_model_arguments(self, kwargs)
-        super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
+        super().__init__(
+            inputs=images,
+            outputs={"probabilities": activations, "poses": poses},
+            name=name,
+            **kwargs,
+        )
         # The model's own policy decides loss scaling in compile (mixed_float16).
         self.dtype_policy = policy
+        self.backbone = backbone
+        own = backbone.get_config()
         self._config = {
-            "conv_filters": A,
-            "primary_capsule_types": B,
-            "conv_caps1_types": C,
-            "conv_caps2_types": D,
-            **settings.get_config(),
-            "input_shape": input_shape,
+            **{key: own[key] for key in _BACKBONE_ARGUMENTS},
+            "input_shape": backbone.image_shape,
             "num_classes": num_classes,
             "class_names": None if class_names is None else list(class_names),
             "coordinate_addition": coordinate_addition,
@@ -231,9 +235,9 @@ class MatrixCapsNet(
             "weight_decay": weight_decay,
             "dtype": policy.name,
         }
+        self.image_shape = backbone.image_shape
         self.num_classes = num_classes
         self.class_names = class_names
-        self.image_shape = input_shape
         self.rescale = rescale
         self.spread_margin = spread_margin
         self._optimizer_step = None  # the step a JAX training step is computing
@@ -316,73 +320,6 @@ class MatrixCapsNet(
         return cls(**config)
 
 
-def _network(
-    input_shape,
-    sizes,
-    num_classes,
-    settings,
-    normalization,
-    coordinate_addition,
-    regularizer,
-    rescale,
-    policy,
-):
-    """The layers, Conv1 to the class capsules: `(inputs, {"probabilities", "poses"})`."""
-    A, B, C, D = sizes
-    inputs = keras.Input(shape=input_shape, name="images")
-    x = inputs
-    x = rescaled(x, rescale, policy)
-    x = keras.layers.Conv2D(
-        A,
-        5,
-        strides=2,
-        activation="relu",
-        kernel_initializer="he_normal",
-        kernel_regularizer=regularizer,
-        name="conv1",
-        dtype=policy,
-    )(x)
-    capsules = PrimaryMatrixCapsule(
-        B,
-        kernel_initializer="he_normal",
-        kernel_regularizer=regularizer,
-        name="primary_caps",
-        dtype=policy,
-    )(x)
-    capsules = MatrixCapsule(
-        C,
-        3,
-        strides=2,
-        kernel_regularizer=regularizer,
-        normalization=normalization,
-        name="conv_caps1",
-        dtype=policy,
-        em_settings=settings,
-    )(capsules)
-    capsules = MatrixCapsule(
-        D,
-        3,
-        strides=1,
-        kernel_regularizer=regularizer,
-        normalization=normalization,
-        name="conv_caps2",
-        dtype=policy,
-        em_settings=settings,
-    )(capsules)
-    poses, activations = ClassMatrixCapsule(
-        num_classes,
-        coordinate_addition=coordinate_addition,
-        kernel_regularizer=regularizer,
-        name="class_caps",
-        dtype=policy,
-        em_settings=settings,
-    )(capsules)
-    activations = keras.layers.Activation("linear", dtype="float32", name="probabilities")(
-        activations
-    )
-    return inputs, {"probabilities": activations, "poses": poses}
-
-
 def _size(letter, letter_value, name, value):
     """A layer size given by its descriptive name or by the paper's letter, which wins."""
     if letter_value is not None:
@@ -417,3 +354,17 @@ def _checked_margin(margin):
             f"Received: spread_margin={margin!r}"
         )
     return float(margin)
+
+
+_BACKBONE_ARGUMENTS = (
+    "conv_filters",
+    "primary_capsule_types",
+    "conv_caps1_types",
+    "conv_caps2_types",
+    "iterations",
+    "inverse_temperature",
+    "variance_epsilon",
+    "tempering",
+    "inverse_temperature_schedule",
+)
+"""What `MatrixCapsNet`'s config records of its backbone's: the sizes and the EM settings."""

@@ -20,8 +20,8 @@ SMALL = dict(conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_un
 def test_paper_model_has_8215568_parameters():
     model = applications.CapsNet(compile=False)
     assert model.count_params() == 8_215_568
-    assert model.get_layer("conv1").count_params() == 20_992
-    assert model.get_layer("primary_caps").count_params() == 5_308_672
+    assert model.backbone.get_layer("conv1").count_params() == 20_992
+    assert model.backbone.get_layer("primary_caps").count_params() == 5_308_672
     assert model.get_layer("digit_caps").count_params() == 1_474_560
     assert model.decoder.count_params() == 1_411_344
     assert applications.CapsNet(decoder_units=None, compile=False).count_params() == 6_804_224
@@ -155,7 +155,7 @@ def test_dtype_policy_argument_is_used_and_saved(tmp_path):
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     model.save(str(tmp_path / "m.keras"))
     loaded = keras.saving.load_model(str(tmp_path / "m.keras"))
-    assert loaded.get_layer("conv1").dtype_policy.name == "mixed_float16"
+    assert loaded.backbone.get_layer("conv1").dtype_policy.name == "mixed_float16"
 
 
 def test_rescale_is_the_input_convention_and_a_wrong_range_warns_once():

@@ -21,12 +21,12 @@ def test_paper_model_has_161824_trainable_parameters():
     model = applications.EfficientCapsNet(compile=False)
     classifier = [w for w in model.trainable_weights if not w.path.startswith("decoder")]
     assert sum(int(np.prod(w.shape)) for w in classifier) == 161_824
-    assert model.get_layer("primary_caps").count_params() == 9 * 9 * 128 + 128
+    assert model.backbone.get_layer("primary_caps").count_params() == 9 * 9 * 128 + 128
     assert model.get_layer("digit_caps").count_params() == 10 * 16 * 8 * 16 + 16 * 10
     assert model.decoder.count_params() == 1_411_344
     # count_params() adds the 2 x (32 + 64 + 64 + 128) moving statistics of batch norm.
     assert model.count_params() == 161_824 + 576 + 1_411_344
-    assert model.get_layer("primary_caps").output.shape == (None, 16, 8)
+    assert model.backbone.get_layer("primary_caps").output.shape == (None, 16, 8)
 
 
 def test_outputs_loss_and_fit():
@@ -46,7 +46,11 @@ def test_outputs_loss_and_fit():
 
 def test_other_image_sizes_and_class_counts():
     model = applications.EfficientCapsNet(input_shape=(32, 32, 3), num_classes=5, **SMALL)
-    assert model.get_layer("primary_caps").output.shape == (None, 4, 4)  # the whole 11x11 map
+    assert model.backbone.get_layer("primary_caps").output.shape == (
+        None,
+        4,
+        4,
+    )  # the whole 11x11 map
     x = _images(1, shape=(32, 32, 3))
     assert model.predict(x, verbose=0).shape == (4, 5)
     model.fit(x, np.array([0, 1, 4, 4]), epochs=1, verbose=0)

@@ -7,27 +7,14 @@ from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
 from applications._inputs import check_rescale
 from applications._inputs import rescaled
-from applications._transfer import BackboneView
+from applications.efficient_capsnet.efficient_capsnet_backbone import EfficientCapsNetBackbone
 from applications.recipe import Recipe
-from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_positive_ints
-from keras_capsules.layers import DepthwisePrimaryCapsule
 from keras_capsules.layers import SelfAttentionCapsule
 
 
-def _int_tuple(name, values, length=None):
-    values = tuple(values) if isinstance(values, (tuple, list)) else (values,)
-    if not values or (length is not None and len(values) != length):
-        raise ValueError(
-            f"`{name}` must be a tuple of {length or 'some'} positive integers. "
-            f"Received: {name}={values!r}"
-        )
-    check_positive_ints(**{f"{name}[{i}]": v for i, v in enumerate(values)})
-    return values
-
-
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class EfficientCapsNet(BackboneView, CapsuleClassifier):
+class EfficientCapsNet(CapsuleClassifier):
     """Efficient-CapsNet (Mazzia et al. 2021), for any images and classes, ready to `fit`.
 
     Four convolutions with batch normalisation (32 5x5, 64 3x3, 64 3x3,
@@ -44,7 +31,8 @@ class EfficientCapsNet(BackboneView, CapsuleClassifier):
     `num_classes` and `class_names` set the sizes, e.g.
     `EfficientCapsNet(input_shape=(32, 32, 3), num_classes=100)`; the primary
     convolution always covers the last feature map. The convolutions and the
-    primary capsules are `backbone`.
+    primary capsules are `backbone`, an `EfficientCapsNetBackbone` (images
+    of at least 11x11 with the default convolutions).
 
     Inputs, outputs and loss are those of `CapsNet`: images with pixel
     values in [0, 255] multiplied by `rescale` (1 / 255) in the model,
@@ -98,7 +86,6 @@ class EfficientCapsNet(BackboneView, CapsuleClassifier):
         arXiv:2101.12491.
     """
 
-    BACKBONE_OUTPUT = "primary_caps"
     RECIPE = Recipe(
         batch_size=16, learning_rate=5e-4, decay_rate=0.97, decay_steps=3750, decay_every_epoch=True
     )
@@ -122,50 +109,38 @@ class EfficientCapsNet(BackboneView, CapsuleClassifier):
         name="efficient_capsnet",
         **kwargs,
     ):
-        input_shape = check_image_shape(input_shape)
         num_classes, class_names = resolve_classes(num_classes, class_names)
         rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
-        conv_filters = _int_tuple("conv_filters", conv_filters)
-        conv_kernel_sizes = _int_tuple("conv_kernel_sizes", conv_kernel_sizes, len(conv_filters))
-        conv_strides = _int_tuple("conv_strides", conv_strides, len(conv_filters))
-        check_positive_ints(
+        check_positive_ints(capsule_dim=capsule_dim)
+        check_reconstruction_weight(reconstruction_weight)
+        backbone = EfficientCapsNetBackbone(
+            input_shape=input_shape,
+            conv_filters=conv_filters,
+            conv_kernel_sizes=conv_kernel_sizes,
+            conv_strides=conv_strides,
             primary_capsule_types=primary_capsule_types,
             primary_capsule_dim=primary_capsule_dim,
-            capsule_dim=capsule_dim,
+            dtype=policy,
+            name="backbone",
         )
-        if conv_filters[-1] != primary_capsule_types * primary_capsule_dim:
-            raise ValueError(
-                "The last of `conv_filters` must equal primary_capsule_types * "
-                f"primary_capsule_dim = {primary_capsule_types * primary_capsule_dim}. "
-                f"Received: conv_filters={conv_filters}"
-            )
-        check_reconstruction_weight(reconstruction_weight)
-        _check_convolutions_fit(input_shape, conv_kernel_sizes, conv_strides)
-
-        images = keras.Input(shape=input_shape, name="images")
-        x = rescaled(images, rescale, policy)
-        x = _convolutions(x, conv_filters, conv_kernel_sizes, conv_strides, policy)
-        primary = DepthwisePrimaryCapsule(
-            primary_capsule_types, primary_capsule_dim, name="primary_caps", dtype=policy
-        )(x)
+        images = keras.Input(shape=backbone.image_shape, name="images")
+        primary = backbone(rescaled(images, rescale, policy))
         poses = SelfAttentionCapsule(num_classes, capsule_dim, name="digit_caps", dtype=policy)(
             primary
         )
+        own = backbone.get_config()
         config = {
-            "input_shape": input_shape,
+            "input_shape": backbone.image_shape,
             "num_classes": num_classes,
             "class_names": class_names,
-            "conv_filters": conv_filters,
-            "conv_kernel_sizes": conv_kernel_sizes,
-            "conv_strides": conv_strides,
-            "primary_capsule_types": primary_capsule_types,
-            "primary_capsule_dim": primary_capsule_dim,
+            **{key: own[key] for key in _BACKBONE_ARGUMENTS},
             "capsule_dim": capsule_dim,
         }
         super().__init__(
             images,
             poses,
+            backbone=backbone,
             config=config,
             policy=policy,
             rescale=rescale,
@@ -177,29 +152,11 @@ class EfficientCapsNet(BackboneView, CapsuleClassifier):
         )
 
 
-def _check_convolutions_fit(input_shape, kernel_sizes, strides):
-    """A `ValueError` unless the valid convolutions leave at least one pixel."""
-    height, width = input_shape[:2]
-    for kernel, stride in zip(kernel_sizes, strides):
-        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-    if height < 1 or width < 1:
-        raise ValueError(
-            f"`input_shape` {input_shape} is too small for the convolutions "
-            f"(kernel sizes {kernel_sizes}, strides {strides})."
-        )
-
-
-def _convolutions(x, filters, kernel_sizes, strides, policy):
-    """The paper's stack: each a valid ReLU convolution followed by batch normalization."""
-    for index, (count, kernel, stride) in enumerate(zip(filters, kernel_sizes, strides), start=1):
-        x = keras.layers.Conv2D(
-            count,
-            kernel,
-            strides=stride,
-            activation="relu",
-            kernel_initializer="he_normal",
-            name=f"conv{index}",
-            dtype=policy,
-        )(x)
-        x = keras.layers.BatchNormalization(name=f"batch_norm{index}", dtype=policy)(x)
-    return x
+_BACKBONE_ARGUMENTS = (
+    "conv_filters",
+    "conv_kernel_sizes",
+    "conv_strides",
+    "primary_capsule_types",
+    "primary_capsule_dim",
+)
+"""The arguments `EfficientCapsNet` hands to its backbone, recorded in its config as checked."""

@@ -24,10 +24,10 @@ def trainable_count(model):
 def test_parameter_counts_of_the_paper_models():
     big = applications.MatrixCapsNetNORB(compile=False)
     assert trainable_count(big) == 317_194  # the paper's "about 310K"
-    assert big.get_layer("conv1").count_params() == 5 * 5 * 2 * 32 + 32
-    assert big.get_layer("primary_caps").count_params() == 32 * 17 * 32 + 32 * 17
-    assert big.get_layer("conv_caps1").count_params() == 9 * 32 * 32 * 16 + 2 * 32
-    assert big.get_layer("conv_caps2").count_params() == 9 * 32 * 32 * 16 + 2 * 32
+    assert big.backbone.get_layer("conv1").count_params() == 5 * 5 * 2 * 32 + 32
+    assert big.backbone.get_layer("primary_caps").count_params() == 32 * 17 * 32 + 32 * 17
+    assert big.backbone.get_layer("conv_caps1").count_params() == 9 * 32 * 32 * 16 + 2 * 32
+    assert big.backbone.get_layer("conv_caps2").count_params() == 9 * 32 * 32 * 16 + 2 * 32
     assert big.get_layer("class_caps").count_params() == 32 * 5 * 16 + 2 * 5
     small = applications.MatrixCapsNetNORB(A=64, B=8, C=16, D=16, compile=False)
     assert trainable_count(small) == 68_754  # the paper's "68K"
@@ -44,14 +44,17 @@ def test_routing_arguments_reach_every_capsule_layer():
         inverse_temperature_schedule="authors",
         compile=False,
     )
-    for name in ("conv_caps1", "conv_caps2", "class_caps"):
-        layer = model.get_layer(name)
+    for layer in (
+        model.backbone.get_layer("conv_caps1"),
+        model.backbone.get_layer("conv_caps2"),
+        model.get_layer("class_caps"),
+    ):
         assert (layer.iterations, layer.inverse_temperature) == (2, 0.05)
         assert layer.variance_epsilon == 1e-2
         assert layer.tempering == [0.3]
         assert layer.inverse_temperature_schedule == "authors"
     for name in ("conv_caps1", "conv_caps2"):
-        assert model.get_layer(name).normalization == "positions"
+        assert model.backbone.get_layer(name).normalization == "positions"
     config = model.get_config()
     assert config["variance_epsilon"] == 1e-2
     assert (config["tempering"], config["normalization"]) == ([0.3], "positions")
@@ -64,7 +67,7 @@ def test_the_model_makes_its_em_settings_once_for_every_layer(monkeypatch):
         routing.EMSettings, "__post_init__", lambda self: made.append(post_init(self))
     )
     model = applications.MatrixCapsNet(**dict(TINY, iterations=3), tempering=0.3, compile=False)
-    layers = [model.get_layer(name) for name in ("conv_caps1", "conv_caps2", "class_caps")]
+    layers = [_capsule_layer(model, name) for name in ("conv_caps1", "conv_caps2", "class_caps")]
     assert len(made) == 1 and all(layer.settings is layers[0].settings for layer in layers)
     assert layers[0].settings == routing.EMSettings(iterations=3, tempering=0.3)
     # Given as one value, it is the one every layer routes with.
@@ -74,7 +77,7 @@ def test_the_model_makes_its_em_settings_once_for_every_layer(monkeypatch):
     model = applications.MatrixCapsNet(**sizes, em_settings=settings, compile=False)
     assert not made
     for name in ("conv_caps1", "conv_caps2", "class_caps"):
-        assert model.get_layer(name).settings is settings
+        assert _capsule_layer(model, name).settings is settings
     config = model.get_config()
     assert (config["iterations"], config["tempering"]) == (2, [0.5])
     assert "em_settings" not in config
@@ -85,18 +88,21 @@ def test_the_model_makes_its_em_settings_once_for_every_layer(monkeypatch):
 
 def test_defaults_are_the_tempered_e_step_of_the_papers_normalisation():
     model = applications.MatrixCapsNet(**TINY, compile=False)
-    for name in ("conv_caps1", "conv_caps2", "class_caps"):
-        layer = model.get_layer(name)
+    for layer in (
+        model.backbone.get_layer("conv_caps1"),
+        model.backbone.get_layer("conv_caps2"),
+        model.get_layer("class_caps"),
+    ):
         assert layer.tempering == routing.TEMPERING == 0.1
         assert layer.inverse_temperature_schedule == "rescaled"
-    assert model.get_layer("conv_caps1").normalization == "types_and_positions"
+    assert model.backbone.get_layer("conv_caps1").normalization == "types_and_positions"
 
 
 def test_architecture_shapes():
     model = applications.MatrixCapsNetNORB(compile=False)
-    assert model.get_layer("primary_caps").output[0].shape == (None, 14, 14, 32, 16)
-    assert model.get_layer("conv_caps1").output[1].shape == (None, 6, 6, 32)
-    assert model.get_layer("conv_caps2").output[1].shape == (None, 4, 4, 32)
+    assert model.backbone.get_layer("primary_caps").output[0].shape == (None, 14, 14, 32, 16)
+    assert model.backbone.get_layer("conv_caps1").output[1].shape == (None, 6, 6, 32)
+    assert model.backbone.get_layer("conv_caps2").output[1].shape == (None, 4, 4, 32)
     assert model.output["probabilities"].shape == (None, 5)
     assert model.output["poses"].shape == (None, 5, 16)
 
@@ -191,7 +197,7 @@ def test_passes_the_classifier_checks(tmp_path):
         ({"tempering": [0.1]}, "tempering"),  # 3 iterations have 2 E-steps
         ({"normalization": "types"}, "normalization"),
         ({"inverse_temperature_schedule": "paper"}, "inverse_temperature_schedule"),
-        ({"input_shape": (12, 12, 2)}, "kernel"),
+        ({"input_shape": (12, 12, 2)}, r"`input_shape` \(12, 12, 2\) is too small.*at least 17x17"),
     ],
 )
 def test_bad_arguments(kwargs, match):
@@ -299,7 +305,7 @@ def test_matrix_capsnet_takes_the_papers_letters_or_descriptive_names():
     old = {**named.get_config(), "A": 64, "B": 8, "C": 16, "D": 16}
     for name in ("conv_filters", "primary_capsule_types", "conv_caps1_types", "conv_caps2_types"):
         del old[name]
-    assert applications.MatrixCapsNetNORB.from_config(old).get_config() == named.get_config()
+    assert applications.MatrixCapsNet.from_config(old).get_config() == named.get_config()
 
 
 def test_an_empty_batch_gives_empty_outputs():
@@ -312,3 +318,8 @@ def test_an_empty_batch_gives_empty_outputs():
     assert outputs["probabilities"].shape == (0, 3)
     x = np.random.default_rng(6).normal(size=(2, 20, 20, 2)).astype("float32")
     assert np.all(np.isfinite(model.predict(x, verbose=0)))  # and the model still answers
+
+
+def _capsule_layer(model, name):
+    """The capsule layer `name`: the class capsules, or one of the backbone's."""
+    return model.get_layer(name) if name == "class_caps" else model.backbone.get_layer(name)
