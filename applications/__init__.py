@@ -3,6 +3,7 @@
 from applications._preset import PresetMixin
 from applications._preset import list_presets
 from applications._preset import preset_metadata
+from applications.backbone import Backbone
 from applications.backbone_capsnet import BackboneCapsNet
 from applications.backbone_cnn import BackboneCNN
 from applications.baseline_cnn import BaselineCNN
@@ -19,6 +20,7 @@ from applications.matrix_capsnet import MatrixCapsNetNORB
 from applications.recipe import Recipe
 
 __all__ = [
+    "Backbone",
     "BackboneCapsNet",
     "BackboneCNN",
     "BaselineCNN",

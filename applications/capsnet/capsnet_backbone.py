@@ -1,14 +1,14 @@
 import keras
 
 from applications._defaults import dtype_policy
+from applications.backbone import Backbone
 from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_model_arguments
 from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import PrimaryCapsule
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsNetBackbone(keras.Model):
+class CapsNetBackbone(Backbone):
     """CapsNet's feature extractor: images to primary capsules (Sabour et al. 2017).
 
     Conv1 (`conv_filters` filters, ReLU) -> PrimaryCaps (`primary_capsule_types`
@@ -68,7 +68,6 @@ class CapsNetBackbone(keras.Model):
         name="capsnet_backbone",
         **kwargs,
     ):
-        check_model_arguments(self, kwargs)
         input_shape = check_image_shape(input_shape)
         check_positive_ints(
             conv_filters=conv_filters,
@@ -97,10 +96,7 @@ class CapsNetBackbone(keras.Model):
             name="primary_caps",
             dtype=policy,
         )(x)
-        super().__init__(inputs=images, outputs=primary, name=name, **kwargs)
-        self.dtype_policy = policy
-        self.image_shape = input_shape
-        self._config = {
+        config = {
             "input_shape": input_shape,
             "conv_filters": conv_filters,
             "conv_kernel_size": conv_kernel_size,
@@ -108,15 +104,8 @@ class CapsNetBackbone(keras.Model):
             "primary_capsule_dim": primary_capsule_dim,
             "primary_kernel_size": primary_kernel_size,
             "primary_strides": primary_strides,
-            "dtype": policy.name,
         }
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._config}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        super().__init__(images, primary, config=config, policy=policy, name=name, **kwargs)
 
 
 def _check_size(input_shape, smallest):

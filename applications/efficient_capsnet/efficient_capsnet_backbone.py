@@ -1,14 +1,14 @@
 import keras
 
 from applications._defaults import dtype_policy
+from applications.backbone import Backbone
 from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_model_arguments
 from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import DepthwisePrimaryCapsule
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class EfficientCapsNetBackbone(keras.Model):
+class EfficientCapsNetBackbone(Backbone):
     """Efficient-CapsNet's feature extractor: images to primary capsules (Mazzia et al. 2021).
 
     Four valid convolutions, each followed by batch normalisation (32 5x5,
@@ -64,7 +64,6 @@ class EfficientCapsNetBackbone(keras.Model):
         name="efficient_capsnet_backbone",
         **kwargs,
     ):
-        check_model_arguments(self, kwargs)
         input_shape = check_image_shape(input_shape)
         conv_filters = _int_tuple("conv_filters", conv_filters)
         conv_kernel_sizes = _int_tuple("conv_kernel_sizes", conv_kernel_sizes, len(conv_filters))
@@ -99,25 +98,15 @@ class EfficientCapsNetBackbone(keras.Model):
         primary = DepthwisePrimaryCapsule(
             primary_capsule_types, primary_capsule_dim, name="primary_caps", dtype=policy
         )(x)
-        super().__init__(inputs=images, outputs=primary, name=name, **kwargs)
-        self.dtype_policy = policy
-        self.image_shape = input_shape
-        self._config = {
+        config = {
             "input_shape": input_shape,
             "conv_filters": conv_filters,
             "conv_kernel_sizes": conv_kernel_sizes,
             "conv_strides": conv_strides,
             "primary_capsule_types": primary_capsule_types,
             "primary_capsule_dim": primary_capsule_dim,
-            "dtype": policy.name,
         }
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._config}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        super().__init__(images, primary, config=config, policy=policy, name=name, **kwargs)
 
 
 def _int_tuple(name, values, length=None):

@@ -1,17 +1,17 @@
 import keras
 
 from applications._defaults import dtype_policy
+from applications.backbone import Backbone
 from keras_capsules import routing
 from keras_capsules._em_arguments import routing_settings
 from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_model_arguments
 from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import MatrixCapsule
 from keras_capsules.layers import PrimaryMatrixCapsule
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNetBackbone(keras.Model):
+class MatrixCapsNetBackbone(Backbone):
     """The matrix capsule network's feature extractor (Hinton et al. 2018): images to capsules.
 
     ReLU Conv1 (`conv_filters` filters, 5x5, stride 2) -> PrimaryCaps
@@ -80,7 +80,6 @@ class MatrixCapsNetBackbone(keras.Model):
         name="matrix_capsnet_backbone",
         **kwargs,
     ):
-        check_model_arguments(self, kwargs)
         input_shape = check_image_shape(input_shape)
         check_positive_ints(
             conv_filters=conv_filters,
@@ -137,12 +136,7 @@ class MatrixCapsNetBackbone(keras.Model):
                 dtype=policy,
                 em_settings=settings,
             )(capsules)
-        super().__init__(inputs=images, outputs=list(capsules), name=name, **kwargs)
-        self.dtype_policy = policy
-        self.image_shape = input_shape
-        self.em_settings = settings
-        self.regularizer = regularizer
-        self._config = {
+        config = {
             "input_shape": input_shape,
             "conv_filters": conv_filters,
             "primary_capsule_types": primary_capsule_types,
@@ -151,15 +145,10 @@ class MatrixCapsNetBackbone(keras.Model):
             "normalization": normalization,
             "weight_decay": weight_decay,
             **settings.get_config(),
-            "dtype": policy.name,
         }
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._config}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        super().__init__(images, list(capsules), config=config, policy=policy, name=name, **kwargs)
+        self.em_settings = settings
+        self.regularizer = regularizer
 
 
 SMALLEST_SIDE = 17
