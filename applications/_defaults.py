@@ -5,6 +5,8 @@ import warnings
 
 import keras
 
+from keras_capsules._devices import has_accelerator
+
 _BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 """CPU features that compute bfloat16 natively; without them it is emulated, slowly."""
 
@@ -35,25 +37,6 @@ def cpu_flags():
     return frozenset()
 
 
-def _has_accelerator():
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return bool(
-            tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU")
-        )
-    if backend == "jax":
-        import jax
-
-        return jax.default_backend() != "cpu"
-    if backend == "torch":
-        import torch
-
-        return torch.cuda.is_available()
-    return False
-
-
 _warned = []
 
 
@@ -61,7 +44,7 @@ def _warn_if_bfloat16_is_emulated(name):
     flags = cpu_flags()
     if _warned or not flags or any(f in flags for f in _BFLOAT16_CPU_FLAGS):
         return
-    if _has_accelerator():
+    if has_accelerator():
         return
     _warned.append(name)
     warnings.warn(

@@ -15,8 +15,15 @@ with Keras's saving library (`weights_file_bytes`).
 
 The layers nested in a model are walked with `Layer._flatten_layers`
 (`flatten_layers`).
+
+A model is built without allocating its weights (`unallocated`) in a
+`keras.StatelessScope` that leaves its variables uninitialized; Keras keeps
+them in its global list `uninitialized_variables` (`keras.src.backend.common.
+global_state`), which the scope's caller must empty again, or the next scope
+to close would allocate them.
 """
 
+import contextlib
 import inspect
 import io
 
@@ -99,6 +106,30 @@ def check_backup_and_restore(callback):
             raise changed(_LIBRARY, f"keras.callbacks.BackupAndRestore.{name}")
 
 
+@contextlib.contextmanager
+def unallocated():
+    """Build models inside: their variables have shapes and no values, nothing is allocated.
+
+    For what the shapes tell (parameters, the sizes of the layers' outputs);
+    the models built inside cannot run, and are to be dropped.
+
+    Raises:
+        InternalChanged: Keras no longer keeps its uninitialized variables where this reads.
+    """
+    import keras
+
+    state = internal(_LIBRARY, "keras.src.backend.common.global_state")
+    before = state.get_global_attribute("uninitialized_variables")
+    if not isinstance(before, (list, type(None))):
+        raise changed(_LIBRARY, "global_state's uninitialized_variables", "not a list")
+    kept = list(before or [])
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            yield
+    finally:
+        state.set_global_attribute("uninitialized_variables", kept)
+
+
 def check():
     """Make sure the Keras internals that keras-capsules uses are there.
 
@@ -109,6 +140,7 @@ def check():
 
     internal(_LIBRARY, "keras.src.saving.saving_lib", "H5IOStore")
     internal(_LIBRARY, "keras.src.saving.saving_lib", "_save_state")
+    internal(_LIBRARY, "keras.src.backend.common.global_state", "set_global_attribute")
     if not callable(getattr(keras.layers.Layer, "_flatten_layers", None)):
         raise changed(_LIBRARY, "keras.layers.Layer._flatten_layers")
     if not callable(getattr(keras.callbacks.BackupAndRestore, "_save_model", None)):

@@ -313,6 +313,7 @@ def _build_model(args, steps_per_epoch, spec, em_settings=None):
     `em_settings` is the `EMSettings` of `_em_settings(args)`, for matrix-capsnet.
     """
     import applications
+    from keras_capsules.cli._memory import check_fits
 
     cls = getattr(applications, MODELS[args.model])
     arguments = {
@@ -333,25 +334,24 @@ def _build_model(args, steps_per_epoch, spec, em_settings=None):
             "kept",
             flush=True,
         )
-    elif args.model == "capsnet":
-        model = cls(
-            iterations=args.iterations,
-            conv_filters=args.conv_filters,
-            primary_capsule_types=args.primary_capsule_types,
-            **arguments,
-        )
-    elif args.model == "matrix-capsnet":
-        model = cls(
-            A=args.A,
-            B=args.B,
-            C=args.C,
-            D=args.D,
-            normalization=args.normalization,
-            em_settings=em_settings,
-            **arguments,
-        )
     else:
-        model = cls(**arguments)
+        if args.model == "capsnet":
+            arguments.update(
+                iterations=args.iterations,
+                conv_filters=args.conv_filters,
+                primary_capsule_types=args.primary_capsule_types,
+            )
+        elif args.model == "matrix-capsnet":
+            arguments.update(
+                A=args.A, B=args.B, C=args.C, D=args.D, normalization=args.normalization
+            )
+            arguments["em_settings"] = em_settings
+        try:
+            check_fits(lambda: cls(**arguments), args.batch_size)
+            model = cls(**arguments)
+        except ValueError as error:  # the sizes the architecture cannot take, in one line
+            sized = " (the images' size: --image-size)" if "`input_shape`" in str(error) else ""
+            raise SystemExit(f"keras-capsules train: {error}{sized}") from None
     if args.freeze_backbone:
         model.backbone.trainable = False
     model.compile(optimizer=recipe(args).optimizer(steps_per_epoch))

@@ -17,7 +17,7 @@ def cpu(monkeypatch):
 
     def set_cpu(flags, accelerator=False):
         monkeypatch.setattr(_defaults, "cpu_flags", lambda: frozenset(flags))
-        monkeypatch.setattr(_defaults, "_has_accelerator", lambda: accelerator)
+        monkeypatch.setattr(_defaults, "has_accelerator", lambda: accelerator)
         monkeypatch.setattr(_defaults, "_warned", [])
 
     return set_cpu

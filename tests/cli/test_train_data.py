@@ -226,3 +226,37 @@ def test_folder_faults_are_one_line_before_anything_is_written(tmp_path):
     with pytest.raises(SystemExit, match=r"class folder b'caf\\xe9' in .* not UTF-8"):
         _train(images, output)
     assert not os.path.exists(output)
+
+
+@pytest.mark.parametrize(
+    "model, side, smallest",
+    [("capsnet", 4, 17), ("efficient-capsnet", 10, 11), ("matrix-capsnet", 16, 17)],
+)
+def test_an_image_size_the_network_cannot_take_is_one_line(tmp_path, model, side, smallest):
+    images = _folder(str(tmp_path / "images"))
+    output = str(tmp_path / "run")
+    args = ["train", model, "--images", images, "--skip-bad-images", "--verbose", "0"]
+    pattern = rf"`input_shape` \({side}, {side}, 1\) is too small.*at least {smallest}x{smallest}"
+    with pytest.raises(SystemExit, match=pattern + r".*--image-size\)$") as e:
+        cli.main([*args, "--image-size", str(side), str(side), "--output", output])
+    assert "\n" not in str(e.value.code)
+    assert not os.path.exists(os.path.join(output, "run.json"))
+
+
+def test_an_image_size_whose_step_cannot_fit_is_refused_with_the_estimate(tmp_path, monkeypatch):
+    from keras_capsules.cli import _memory
+
+    monkeypatch.setattr(_memory, "available_memory", lambda: 8 * 2**30)
+    monkeypatch.setattr(_memory, "has_accelerator", lambda: False)
+    images = _folder(str(tmp_path / "images"))
+    output = str(tmp_path / "run")
+    args = ["train", "capsnet", "--images", images, "--skip-bad-images", "--verbose", "0"]
+    args += ["--image-size", "3000", "3000", "--batch-size", "4", "--output", output]
+    pattern = (
+        r"would not fit in memory: [\d,]+ parameters and batches of 4 need at least "
+        r"[\d,.]+ GiB, and 8\.0 GiB are free\. Use smaller images \(--image-size\)"
+    )
+    with pytest.raises(SystemExit, match=pattern) as e:
+        cli.main(args)
+    assert "\n" not in str(e.value.code)
+    assert not os.path.exists(os.path.join(output, "run.json"))

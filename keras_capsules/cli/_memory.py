@@ -1,0 +1,65 @@
+"""Whether a model's training step fits in the host's memory, judged before it is built."""
+
+import numpy as np
+
+from keras_capsules._compat import keras as keras_compat
+from keras_capsules._devices import available_memory
+from keras_capsules._devices import has_accelerator
+
+BYTES_PER_PARAMETER = 16
+"""float32 weights, their gradients and Adam's two moments."""
+
+BYTES_PER_ACTIVATION = 8
+"""Each layer's float32 output, kept for the backward pass, and its gradient."""
+
+
+def _activations(model):
+    """The values one image makes the layers of a functional `model` output (nested walked)."""
+    import keras
+
+    count = 0
+    for layer in model.layers:
+        if isinstance(layer, keras.Model) and layer.layers:
+            count += _activations(layer)
+            continue
+        for output in keras.tree.flatten(layer.output):
+            count += int(np.prod(output.shape[1:]))
+    return count
+
+
+def estimate(build, batch_size):
+    """`(parameters, bytes)` of the model `build()` returns: its size, and a step's least memory.
+
+    The model is built without allocating its weights (nothing is computed);
+    the bytes are a lower bound: `BYTES_PER_PARAMETER` for each parameter, and
+    `BYTES_PER_ACTIVATION` for each value a batch of `batch_size` images makes
+    the layers output (a decoder's, off the graph, counted as the image).
+    """
+    with keras_compat.unallocated():
+        model = build()
+        parameters = int(model.count_params())
+        activations = _activations(model)
+        decoder = getattr(model, "decoder", None)
+        if decoder is not None:
+            activations += 2 * int(np.prod(model.image_shape))
+    return parameters, parameters * BYTES_PER_PARAMETER + (
+        batch_size * activations * BYTES_PER_ACTIVATION
+    )
+
+
+def check_fits(build, batch_size, command="train"):
+    """End the command in one line if `build()`'s model cannot train in the host's memory.
+
+    Only on a CPU: an accelerator's memory is its own.
+    """
+    available = available_memory()
+    if available is None or has_accelerator():
+        return
+    parameters, needed = estimate(build, batch_size)
+    if needed > available:
+        raise SystemExit(
+            f"keras-capsules {command}: this model would not fit in memory: "
+            f"{parameters:,} parameters and batches of {batch_size} need at least "
+            f"{needed / 2**30:,.1f} GiB, and {available / 2**30:,.1f} GiB are free. "
+            "Use smaller images (--image-size) or a smaller --batch-size"
+        )

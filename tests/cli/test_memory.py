@@ -1,0 +1,39 @@
+"""The estimate of a training step's memory, from a model built without its weights."""
+
+import numpy as np
+import pytest
+
+import applications
+from keras_capsules.cli import _memory
+
+
+def test_the_estimate_counts_the_parameters_without_allocating_them():
+    def build():
+        return applications.CapsNet(conv_filters=8, primary_capsule_types=2, compile=False)
+
+    parameters, needed = _memory.estimate(build, batch_size=10)
+    model = build()  # built for real after the estimate: its weights are values
+    assert parameters == model.count_params()
+    assert needed >= parameters * _memory.BYTES_PER_PARAMETER
+    assert np.all(np.isfinite(model.predict(np.zeros((1, 28, 28, 1)), verbose=0)))
+
+    # A network of a thousand times the memory is estimated in no time, and no less.
+    def huge():
+        return applications.CapsNet(input_shape=(3000, 3000, 3), compile=False)
+
+    huge_parameters, huge_needed = _memory.estimate(huge, batch_size=10)
+    assert huge_parameters > 10**11 and huge_needed > 1000 * needed
+
+
+def test_a_model_that_fits_passes_and_one_that_does_not_is_one_line(monkeypatch):
+    monkeypatch.setattr(_memory, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(_memory, "has_accelerator", lambda: False)
+    _memory.check_fits(lambda: applications.CapsNet(conv_filters=8, compile=False), 4)
+    with pytest.raises(SystemExit, match=r"not fit in memory.*1\.0 GiB are free") as e:
+        _memory.check_fits(
+            lambda: applications.CapsNet(input_shape=(256, 256, 3), compile=False), 4
+        )
+    assert "\n" not in str(e.value.code)
+    # Where the memory is unknown, or an accelerator's, nothing is refused.
+    monkeypatch.setattr(_memory, "has_accelerator", lambda: True)
+    _memory.check_fits(lambda: applications.CapsNet(input_shape=(256, 256, 3), compile=False), 4)
