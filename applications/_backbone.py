@@ -9,10 +9,11 @@ from keras_capsules._validation import check_image_shape
 class BackboneModel:
     """What a model on a user's backbone adds to its base class.
 
-    The subclass sets `self.backbone`. Its `.keras` config holds the
-    backbone as it is now (frozen or not), `head_parameters()` counts the
-    rest, and without `rescale` the inputs go to the backbone unchecked,
-    in whatever range it was built for ([0, 255] for keras.applications).
+    The subclass holds the user's model as `self.backbone`, which its config
+    holds as it is now (frozen or not, `Task.SAVES_BACKBONE`);
+    `head_parameters()` counts the rest, and without `rescale` the inputs go
+    to the backbone unchecked, in whatever range it was built for ([0, 255]
+    for keras.applications).
     """
 
     def head_parameters(self):
@@ -22,19 +23,6 @@ class BackboneModel:
     def _check_input_range(self, x):
         if self.rescale is not None:
             super()._check_input_range(x)
-
-    def _architecture_config(self):
-        return {
-            **super()._architecture_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-        }
-
-    @classmethod
-    def _from_architecture_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return super()._from_architecture_config(config)
 
 
 def check_backbone(backbone):
@@ -85,13 +73,14 @@ def backbone_features(backbone, input_shape, rescale, policy, normalize):
     """
     images = keras.Input(shape=input_shape, name="images")
     features = backbone(rescaled(images, rescale, policy))
-    _check_features(features, input_shape)
+    check_features(features, input_shape)
     if normalize:
         features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(features)
     return images, features
 
 
-def _check_features(features, input_shape):
+def check_features(features, input_shape):
+    """A `ValueError` unless the backbone gave one 4D feature map of known size."""
     shape = getattr(features, "shape", None)
     if (
         not isinstance(features, keras.KerasTensor)

@@ -4,14 +4,17 @@ import keras
 import numpy as np
 from keras import ops
 
+from applications._classes import resolve_classes
+from applications._defaults import dtype_policy
 from applications._inputs import InputRangeCheck
+from applications._inputs import check_rescale
+from applications._inputs import rescaled
 from applications._losses import batch_mean
 from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
 from applications._task import Task
 from applications._task import own_loss
-from keras_capsules._validation import check_model_arguments
 from keras_capsules.layers import Length
 from keras_capsules.layers import Mask
 from keras_capsules.layers import ReconstructionDecoder
@@ -28,39 +31,51 @@ class CapsuleClassifier(
 ):
     """A functional model from images to class capsules, trained on the margin loss.
 
-    A subclass builds its graph from `images` through its `backbone` (a
-    `keras.Model` called in the graph, which the model tracks) to the class
-    capsules `poses` `(batch, num_classes, capsule_dim)` and hands all three
-    to `__init__`, with its
-    own config entries (which must hold `input_shape`, `num_classes`,
-    `class_names` and `capsule_dim`) and the arguments every such model takes
-    (`rescale`, the decoder, the policy, whether to compile). This
-    class adds the class scores as `"probabilities"` (the capsule lengths, or
-    the subclass's own `scores` in [0, 1] for capsules whose length is no
-    probability), the reconstruction decoder fed the true label's capsule,
-    the loss (the margin loss of the scores, or the subclass's `class_loss`,
-    plus the scaled reconstruction loss), the metrics, `decode`,
-    `reconstruct` and the config round trip.
+    The images are multiplied by `rescale` and run through the `backbone`
+    (a `keras.Model` the model tracks, and saves in its config); the
+    subclass's `head(features, num_classes, policy)` turns its output into
+    the class capsules `poses` `(batch, num_classes, capsule_dim)` and their
+    scores in [0, 1] (`None`: the capsules' lengths). With `backbone=None`
+    the family's `BACKBONE` is built from the backbone's arguments, which
+    the subclass passes on in `kwargs`. This class adds the class scores as
+    `"probabilities"`, the reconstruction decoder fed the true label's
+    capsule, the loss (the margin loss of the scores, or the subclass's
+    `class_loss`, plus the scaled reconstruction loss), the metrics,
+    `decode`, `reconstruct` and the config round trip (`config` holds the
+    head's own arguments).
     """
+
+    SAVES_BACKBONE = True
 
     def __init__(
         self,
-        images,
-        poses,
-        *,
         backbone,
+        head,
+        *,
         config,
-        policy,
-        rescale,
+        num_classes,
+        class_names,
         decoder_units,
         reconstruction_weight,
+        rescale,
         compile,
+        dtype,
         name,
-        scores=None,
+        image_shape=None,
+        default_classes=10,
         class_loss=None,
         **kwargs,
     ):
-        check_model_arguments(self, kwargs)
+        num_classes, class_names = resolve_classes(num_classes, class_names, default_classes)
+        rescale = check_rescale(rescale)
+        policy = dtype_policy(dtype)
+        check_reconstruction_weight(reconstruction_weight)
+        trainable = kwargs.pop("trainable", True)
+        backbone = self._backbone(backbone, kwargs, policy)
+        input_shape = image_shape or backbone.image_shape
+        images = keras.Input(shape=input_shape, name="images")
+        features = backbone(rescaled(images, rescale, policy))
+        poses, scores = head(features, num_classes, policy, backbone)
         if scores is None:
             probabilities = Length(name="probabilities", dtype="float32")(poses)
         else:
@@ -71,34 +86,37 @@ class CapsuleClassifier(
             inputs=images,
             outputs={"probabilities": probabilities, "poses": poses},
             name=name,
-            **kwargs,
         )
+        if not trainable:  # set once the layers are tracked, so that they are frozen too
+            self.trainable = False
         # The model's own policy decides loss scaling in compile (mixed_float16).
         self.dtype_policy = policy
         self.backbone = backbone
         self._config = {
+            "num_classes": num_classes,
+            "class_names": None if class_names is None else list(class_names),
             **config,
-            "class_names": None if config["class_names"] is None else list(config["class_names"]),
             "decoder_units": None if decoder_units is None else tuple(decoder_units),
             "reconstruction_weight": reconstruction_weight,
             "rescale": rescale,
             "dtype": policy.name,
         }
-        self.image_shape = config["input_shape"]
+        self.image_shape = input_shape
         self.rescale = rescale
-        self.num_classes = config["num_classes"]
-        self.class_names = config["class_names"]
+        self.num_classes = num_classes
+        self.class_names = class_names
         self.mask = Mask(name="mask")
         self.decoder = None
         if decoder_units is not None:
             self.decoder = ReconstructionDecoder(
-                self.image_shape, hidden_units=decoder_units, name="decoder", dtype=policy
+                input_shape, hidden_units=decoder_units, name="decoder", dtype=policy
             )
-            self.decoder.build((None, self.num_classes, config["capsule_dim"]))
+            self.decoder.build((None, num_classes, poses.shape[-1]))
         self.margin_loss = MarginLoss() if class_loss is None else class_loss
         self.reconstruction_loss = ReconstructionLoss(weight=reconstruction_weight)
         self.margin_loss_tracker = keras.metrics.Mean(name=self.margin_loss.name)
-        self.reconstruction_loss_tracker = keras.metrics.Mean(name="reconstruction_loss")
+        if self.decoder is not None:
+            self.reconstruction_loss_tracker = keras.metrics.Mean(name="reconstruction_loss")
         if compile:
             self.compile()
 

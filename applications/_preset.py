@@ -245,10 +245,10 @@ def load_preset(cls, preset, **kwargs):
         )
     own = config["config"]
     if not any(key in kwargs for key in _RESHAPING):
-        model = stored.from_config({**own, **kwargs})
+        model = stored.from_config(_replaced(stored, own, kwargs))
         _load_weights(model, weights)
         return model
-    replaced = {**own, **kwargs}
+    replaced = _replaced(stored, own, kwargs)
     # Classes given by count or by names alone: the preset's other value described its own.
     for given, other in (("num_classes", "class_names"), ("class_names", "num_classes")):
         if given in kwargs and other not in kwargs:
@@ -260,6 +260,22 @@ def load_preset(cls, preset, **kwargs):
     _load_weights(source, weights)
     model.preset_layers = tuple(transfer_weights(source, model, new_head=new_classes))
     return model
+
+
+def _replaced(stored, own, kwargs):
+    """The config `own` with the arguments `kwargs`; the backbone's go into the backbone's.
+
+    A family's classifier (`stored.BACKBONE`) holds its backbone's config,
+    with the images' `input_shape`.
+    """
+    replaced = {**own, **kwargs}
+    backbone = own.get("backbone")
+    if stored.BACKBONE is None or not isinstance(backbone, dict):
+        return replaced
+    if "input_shape" in kwargs:
+        inner = {**backbone.get("config", {}), "input_shape": replaced.pop("input_shape")}
+        replaced["backbone"] = {**backbone, "config": inner}
+    return replaced
 
 
 _RESHAPING = ("num_classes", "class_names", "input_shape")

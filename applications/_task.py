@@ -4,9 +4,12 @@ After keras-hub's `Task`: `compile()` with no arguments gives the class's
 `RECIPE`, and the config round trip keeps which layers are frozen.
 """
 
+import inspect
 import warnings
 
 import keras
+
+from keras_capsules._validation import check_model_arguments
 
 
 class Task:
@@ -20,7 +23,8 @@ class Task:
     (and a warning).
 
     The config is `_architecture_config()` (what the constructor takes) with
-    the model's name, whether it is trainable, and `frozen_layers`, the
+    the model's name, whether it is trainable, its serialized `backbone`
+    (with `SAVES_BACKBONE`), and `frozen_layers`, the
     layers with weights set untrainable (`model.backbone.trainable = False`
     freezes the backbone's), which `from_config` freezes again: a `.keras`
     file, a preset and a continued run keep them frozen.
@@ -28,6 +32,12 @@ class Task:
 
     RECIPE = None
     """The architecture's `applications.Recipe`."""
+
+    BACKBONE = None
+    """The family's backbone class, which `backbone=None` builds (`_backbone`)."""
+
+    SAVES_BACKBONE = False
+    """Whether the config holds `model.backbone`, serialized (for a task built on one)."""
 
     # Compile -------------------------------------------------------------------
 
@@ -74,6 +84,25 @@ class Task:
         if self.built:
             self.optimizer.build(self.trainable_variables)
 
+    def _backbone(self, backbone, arguments, policy):
+        """`backbone`, or the family's built from `arguments`; a `ValueError` for a mix."""
+        others = () if self.BACKBONE is None else (self.BACKBONE,)
+        if backbone is not None:
+            check_model_arguments(self, arguments, others)  # names misspelled arguments
+            if arguments:
+                raise ValueError(
+                    f"{type(self).__name__} was given a `backbone`, so it takes none of the "
+                    f"arguments that build one. Received: "
+                    + ", ".join(f"{key}={value!r}" for key, value in arguments.items())
+                )
+            return backbone
+        if self.BACKBONE is None:
+            raise ValueError(f"{type(self).__name__} needs a `backbone`.")
+        takes = backbone_arguments(self.BACKBONE)
+        unknown = {key: value for key, value in arguments.items() if key not in takes}
+        check_model_arguments(self, unknown, others)
+        return self.BACKBONE(**arguments, dtype=policy, name="backbone")
+
     # Config --------------------------------------------------------------------
 
     def _architecture_config(self):
@@ -86,7 +115,13 @@ class Task:
         return cls(**config)
 
     def get_config(self):
-        config = {"name": self.name, "trainable": self.trainable, **self._architecture_config()}
+        config = {"name": self.name, "trainable": self.trainable}
+        if self.SAVES_BACKBONE:
+            backbone = keras.saving.serialize_keras_object(self.backbone)
+            for state in ("build_config", "compile_config"):  # a built functional model's
+                backbone.pop(state, None)
+            config["backbone"] = backbone
+        config.update(self._architecture_config())
         frozen = frozen_layers(self)
         if frozen:
             config["frozen_layers"] = frozen
@@ -96,6 +131,11 @@ class Task:
     def from_config(cls, config):
         config = dict(config)
         frozen = config.pop("frozen_layers", ())
+        backbone = config.get("backbone")
+        if isinstance(backbone, dict):
+            if cls.BACKBONE is not None and "dtype" in config:  # the family's follows the task's
+                backbone = {**backbone, "config": {**backbone["config"], "dtype": config["dtype"]}}
+            config["backbone"] = keras.saving.deserialize_keras_object(backbone)
         model = cls._from_architecture_config(config)
         freeze(model, frozen)
         return model
@@ -151,3 +191,10 @@ def own_loss(model, loss):
         f"{type(model).__name__} computes its own loss (see its docstring), so `compile` "
         f"takes loss='auto' only. Received: loss={loss!r}"
     )
+
+
+def backbone_arguments(cls):
+    """The names of the arguments that build the backbone class `cls` (not its dtype or name)."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name for p in parameters if p.kind in named} - {"self", "dtype", "name"}

@@ -32,7 +32,10 @@ class Backbone(keras.Model):
 
     def __init__(self, inputs, outputs, *, config, policy, name, **kwargs):
         check_model_arguments(self, kwargs)
+        trainable = kwargs.pop("trainable", True)
         super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
+        if not trainable:  # set once the layers are tracked, so that they are frozen too
+            self.trainable = False
         self.dtype_policy = policy
         self.image_shape = config["input_shape"]
         self._config = {**config, "dtype": policy.name}

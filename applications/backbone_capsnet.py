@@ -1,15 +1,11 @@
 import keras
 
 from applications._backbone import BackboneModel
-from applications._backbone import backbone_features
 from applications._backbone import backbone_input_shape
 from applications._backbone import check_backbone
+from applications._backbone import check_features
 from applications._capsule_classifier import CapsuleClassifier
-from applications._capsule_classifier import check_reconstruction_weight
-from applications._classes import resolve_classes
-from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
-from applications._inputs import check_rescale
 from applications.recipe import Recipe
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive_ints
@@ -200,11 +196,8 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         **kwargs,
     ):
         check_backbone(backbone)
-        num_classes, class_names = resolve_classes(num_classes, class_names, default=None)
         check_choice("routing", routing, ROUTINGS)
         input_shape = backbone_input_shape(backbone, input_shape)
-        rescale = check_rescale(rescale)
-        policy = dtype_policy(dtype)
         primary_capsule_dim, capsule_dim, iterations = _capsule_sizes(
             routing, primary_capsule_dim, capsule_dim, iterations
         )
@@ -216,25 +209,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             capsule_dim=capsule_dim,
             **({} if iterations is None else {"iterations": iterations}),
         )
-        check_reconstruction_weight(reconstruction_weight)
-
-        images, features = backbone_features(
-            backbone, input_shape, rescale, policy, normalize_features
-        )
-        poses, scores = _head(
-            features,
-            routing,
-            num_classes=num_classes,
-            primary_capsule_types=primary_capsule_types,
-            primary_capsule_dim=primary_capsule_dim,
-            primary_kernel_size=primary_kernel_size,
-            capsule_dim=capsule_dim,
-            iterations=iterations,
-            policy=policy,
-        )
         config = {
-            "num_classes": num_classes,
-            "class_names": class_names,
             "routing": routing,
             "input_shape": input_shape,
             "primary_capsule_types": primary_capsule_types,
@@ -245,19 +220,40 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             "normalize_features": bool(normalize_features),
             "spread_margin": spread_margin,
         }
+
+        def head(features, num_classes, policy, backbone):
+            check_features(features, input_shape)
+            if normalize_features:
+                features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(
+                    features
+                )
+            return _head(
+                features,
+                routing,
+                num_classes=num_classes,
+                primary_capsule_types=primary_capsule_types,
+                primary_capsule_dim=primary_capsule_dim,
+                primary_kernel_size=primary_kernel_size,
+                capsule_dim=capsule_dim,
+                iterations=iterations,
+                policy=policy,
+            )
+
         super().__init__(
-            images,
-            poses,
-            backbone=backbone,
-            scores=scores,
-            class_loss=None if spread_margin is None else SpreadLoss(margin=spread_margin),
+            backbone,
+            head,
             config=config,
-            policy=policy,
-            rescale=rescale,
+            num_classes=num_classes,
+            class_names=class_names,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
+            rescale=rescale,
             compile=compile,
+            dtype=dtype,
             name=name,
+            image_shape=input_shape,
+            default_classes=None,
+            class_loss=None if spread_margin is None else SpreadLoss(margin=spread_margin),
             **kwargs,
         )
         self.routing = routing

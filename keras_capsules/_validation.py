@@ -139,13 +139,14 @@ MODEL_ARGUMENTS = ("trainable",)
 """The `keras.Model` arguments a prebuilt model passes on besides its own (and `name`)."""
 
 
-def check_model_arguments(model, kwargs):
+def check_model_arguments(model, kwargs, others=()):
     """Raise a `ValueError` naming each argument of `kwargs` that `model`'s class does not take.
 
     What a prebuilt model hands to `keras.Model` must be one of
     `MODEL_ARGUMENTS`; anything else is a misspelled or renamed argument,
     which would otherwise be dropped in silence. The message names the
-    closest argument of the class's constructors.
+    closest argument of the class's constructors, or of `others` (classes
+    the model hands arguments on to, such as its backbone's).
     """
     import difflib
     import inspect
@@ -154,7 +155,7 @@ def check_model_arguments(model, kwargs):
     if not unknown:
         return
     known = set(MODEL_ARGUMENTS)
-    for cls in type(model).__mro__:
+    for cls in (*type(model).__mro__, *others):
         init = cls.__dict__.get("__init__")
         if init is None:
             continue

@@ -1,12 +1,7 @@
 import keras
 
 from applications._capsule_classifier import CapsuleClassifier
-from applications._capsule_classifier import check_reconstruction_weight
-from applications._classes import resolve_classes
-from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
-from applications._inputs import check_rescale
-from applications._inputs import rescaled
 from applications.capsnet.capsnet_backbone import CapsNetBackbone
 from applications.recipe import Recipe
 from keras_capsules._validation import check_positive_ints
@@ -42,19 +37,13 @@ class CapsNet(CapsuleClassifier):
     reconstructions from the longest or from chosen capsules.
 
     Args:
-        input_shape: shape of one image, `(height, width, channels)` with 1
-            or 3 channels; `(28, 28, 1)` by default.
+        backbone: a `CapsNetBackbone`; by default one built from the
+            backbone's arguments in `kwargs`.
         num_classes: number of class capsules: by default the number of
             `class_names`, or 10.
         class_names: the classes' names in label order, e.g. the folder
             names `image_dataset_from_directory` found; saved with the model
             and used by `keras-capsules evaluate`, the server and the figures.
-        conv_filters: filters of Conv1 (256).
-        conv_kernel_size: kernel size of Conv1 (9).
-        primary_capsule_types: primary capsule types (32).
-        primary_capsule_dim: dimensions of a primary capsule (8).
-        primary_kernel_size: kernel size of the primary capsule convolution (9).
-        primary_strides: strides of the primary capsule convolution (2).
         capsule_dim: dimensions of a class capsule (16).
         iterations: routing iterations (3).
         stop_gradient: stop gradients through the inner routing iterations
@@ -69,7 +58,12 @@ class CapsNet(CapsuleClassifier):
             official code), the loss above and accuracy.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. Routing, lengths and losses run in float32.
-        **kwargs: `keras.Model` arguments such as `name`.
+        name: the model's name.
+        **kwargs: the backbone's arguments, `CapsNetBackbone`'s:
+            `input_shape` (`(28, 28, 1)`; 1 or 3 channels), `conv_filters`
+            (256), `conv_kernel_size` (9), `primary_capsule_types` (32),
+            `primary_capsule_dim` (8), `primary_kernel_size` (9),
+            `primary_strides` (2); and `keras.Model`'s `trainable`.
 
     Example:
 
@@ -89,19 +83,14 @@ class CapsNet(CapsuleClassifier):
         arXiv:1710.09829.
     """
 
+    BACKBONE = CapsNetBackbone
     RECIPE = Recipe(batch_size=100, learning_rate=1e-3)
 
     def __init__(
         self,
-        input_shape=(28, 28, 1),
+        backbone=None,
         num_classes=None,
         class_names=None,
-        conv_filters=256,
-        conv_kernel_size=9,
-        primary_capsule_types=32,
-        primary_capsule_dim=8,
-        primary_kernel_size=9,
-        primary_strides=2,
         capsule_dim=16,
         iterations=3,
         stop_gradient=False,
@@ -113,57 +102,34 @@ class CapsNet(CapsuleClassifier):
         name="capsnet",
         **kwargs,
     ):
-        num_classes, class_names = resolve_classes(num_classes, class_names)
-        rescale = check_rescale(rescale)
-        policy = dtype_policy(dtype)
         check_positive_ints(capsule_dim=capsule_dim, iterations=iterations)
-        check_reconstruction_weight(reconstruction_weight)
-        backbone = CapsNetBackbone(
-            input_shape=input_shape,
-            conv_filters=conv_filters,
-            conv_kernel_size=conv_kernel_size,
-            primary_capsule_types=primary_capsule_types,
-            primary_capsule_dim=primary_capsule_dim,
-            primary_kernel_size=primary_kernel_size,
-            primary_strides=primary_strides,
-            dtype=policy,
-            name="backbone",
-        )
-        input_shape = backbone.image_shape
-        images = keras.Input(shape=input_shape, name="images")
-        primary = backbone(rescaled(images, rescale, policy))
-        poses = CapsuleLayer(
-            num_classes,
-            capsule_dim,
-            iterations=iterations,
-            stop_gradient=stop_gradient,
-            name="digit_caps",
-            dtype=policy,
-        )(primary)
-        config = {
-            "input_shape": input_shape,
-            "num_classes": num_classes,
-            "class_names": class_names,
-            "conv_filters": conv_filters,
-            "conv_kernel_size": conv_kernel_size,
-            "primary_capsule_types": primary_capsule_types,
-            "primary_capsule_dim": primary_capsule_dim,
-            "primary_kernel_size": primary_kernel_size,
-            "primary_strides": primary_strides,
-            "capsule_dim": capsule_dim,
-            "iterations": iterations,
-            "stop_gradient": stop_gradient,
-        }
+
+        def head(primary, num_classes, policy, backbone):
+            layer = CapsuleLayer(
+                num_classes,
+                capsule_dim,
+                iterations=iterations,
+                stop_gradient=stop_gradient,
+                name="digit_caps",
+                dtype=policy,
+            )
+            return layer(primary), None
+
         super().__init__(
-            images,
-            poses,
-            backbone=backbone,
-            config=config,
-            policy=policy,
-            rescale=rescale,
+            backbone,
+            head,
+            config={
+                "capsule_dim": capsule_dim,
+                "iterations": iterations,
+                "stop_gradient": stop_gradient,
+            },
+            num_classes=num_classes,
+            class_names=class_names,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
+            rescale=rescale,
             compile=compile,
+            dtype=dtype,
             name=name,
             **kwargs,
         )

@@ -55,7 +55,8 @@ class CapsNetMultiMNIST(CapsNet):
     `reconstruct_pair(x)` decodes each of two capsules on its own.
 
     Args:
-        input_shape: shape of one image, `(36, 36, 1)`.
+        backbone: a `CapsNetBackbone`; by default one of 36x36 grey images,
+            `input_shape=(36, 36, 1)`, built from the backbone's arguments.
         name: name of the model.
         **kwargs: every other argument of `CapsNet` (`conv_filters`,
             `primary_capsule_types`, `iterations`, `decoder_units`,
@@ -83,8 +84,10 @@ class CapsNetMultiMNIST(CapsNet):
         section 6. arXiv:1710.09829.
     """
 
-    def __init__(self, input_shape=(36, 36, 1), name="capsnet_multimnist", **kwargs):
-        super().__init__(input_shape=input_shape, name=name, **kwargs)
+    def __init__(self, backbone=None, name="capsnet_multimnist", **kwargs):
+        if backbone is None:
+            kwargs.setdefault("input_shape", (36, 36, 1))
+        super().__init__(backbone, name=name, **kwargs)
 
     def _default_metrics(self):
         return [MultiMNISTAccuracy()]

@@ -1,12 +1,7 @@
 import keras
 
 from applications._capsule_classifier import CapsuleClassifier
-from applications._capsule_classifier import check_reconstruction_weight
-from applications._classes import resolve_classes
-from applications._defaults import dtype_policy
 from applications._inputs import PIXELS
-from applications._inputs import check_rescale
-from applications._inputs import rescaled
 from applications.efficient_capsnet.efficient_capsnet_backbone import EfficientCapsNetBackbone
 from applications.recipe import Recipe
 from keras_capsules._validation import check_positive_ints
@@ -42,17 +37,11 @@ class EfficientCapsNet(CapsuleClassifier):
     error (0.0005, the paper's 0.392 times the mean over 784 pixels).
 
     Args:
-        input_shape: shape of one image, `(height, width, channels)` with 1
-            or 3 channels; `(28, 28, 1)` by default.
+        backbone: an `EfficientCapsNetBackbone`; by default one built from
+            the backbone's arguments in `kwargs`.
         num_classes: number of class capsules: by default the number of
             `class_names`, or 10.
         class_names: the classes' names in label order (see `CapsNet`).
-        conv_filters: filters of the four convolutions, `(32, 64, 64, 128)`.
-            The last must equal `primary_capsule_types * primary_capsule_dim`.
-        conv_kernel_sizes: their kernel sizes, `(5, 3, 3, 3)`.
-        conv_strides: their strides, `(1, 1, 1, 2)`.
-        primary_capsule_types: primary capsules (16).
-        primary_capsule_dim: dimensions of a primary capsule (8).
         capsule_dim: dimensions of a class capsule (16).
         decoder_units: hidden layer sizes of the decoder, `(512, 1024)`; `None`
             builds no decoder and trains on the margin loss alone.
@@ -67,7 +56,14 @@ class EfficientCapsNet(CapsuleClassifier):
             loss above and accuracy.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. Routing, lengths and losses run in float32.
-        **kwargs: `keras.Model` arguments such as `name`.
+        name: the model's name.
+        **kwargs: the backbone's arguments, `EfficientCapsNetBackbone`'s:
+            `input_shape` (`(28, 28, 1)`; 1 or 3 channels), `conv_filters`
+            (`(32, 64, 64, 128)`; the last must equal
+            `primary_capsule_types * primary_capsule_dim`),
+            `conv_kernel_sizes` (`(5, 3, 3, 3)`), `conv_strides`
+            (`(1, 1, 1, 2)`), `primary_capsule_types` (16),
+            `primary_capsule_dim` (8); and `keras.Model`'s `trainable`.
 
     Example:
 
@@ -86,20 +82,16 @@ class EfficientCapsNet(CapsuleClassifier):
         arXiv:2101.12491.
     """
 
+    BACKBONE = EfficientCapsNetBackbone
     RECIPE = Recipe(
         batch_size=16, learning_rate=5e-4, decay_rate=0.97, decay_steps=3750, decay_every_epoch=True
     )
 
     def __init__(
         self,
-        input_shape=(28, 28, 1),
+        backbone=None,
         num_classes=None,
         class_names=None,
-        conv_filters=(32, 64, 64, 128),
-        conv_kernel_sizes=(5, 3, 3, 3),
-        conv_strides=(1, 1, 1, 2),
-        primary_capsule_types=16,
-        primary_capsule_dim=8,
         capsule_dim=16,
         decoder_units=(512, 1024),
         reconstruction_weight=0.0005,
@@ -109,54 +101,23 @@ class EfficientCapsNet(CapsuleClassifier):
         name="efficient_capsnet",
         **kwargs,
     ):
-        num_classes, class_names = resolve_classes(num_classes, class_names)
-        rescale = check_rescale(rescale)
-        policy = dtype_policy(dtype)
         check_positive_ints(capsule_dim=capsule_dim)
-        check_reconstruction_weight(reconstruction_weight)
-        backbone = EfficientCapsNetBackbone(
-            input_shape=input_shape,
-            conv_filters=conv_filters,
-            conv_kernel_sizes=conv_kernel_sizes,
-            conv_strides=conv_strides,
-            primary_capsule_types=primary_capsule_types,
-            primary_capsule_dim=primary_capsule_dim,
-            dtype=policy,
-            name="backbone",
-        )
-        images = keras.Input(shape=backbone.image_shape, name="images")
-        primary = backbone(rescaled(images, rescale, policy))
-        poses = SelfAttentionCapsule(num_classes, capsule_dim, name="digit_caps", dtype=policy)(
-            primary
-        )
-        own = backbone.get_config()
-        config = {
-            "input_shape": backbone.image_shape,
-            "num_classes": num_classes,
-            "class_names": class_names,
-            **{key: own[key] for key in _BACKBONE_ARGUMENTS},
-            "capsule_dim": capsule_dim,
-        }
+
+        def head(primary, num_classes, policy, backbone):
+            layer = SelfAttentionCapsule(num_classes, capsule_dim, name="digit_caps", dtype=policy)
+            return layer(primary), None
+
         super().__init__(
-            images,
-            poses,
-            backbone=backbone,
-            config=config,
-            policy=policy,
-            rescale=rescale,
+            backbone,
+            head,
+            config={"capsule_dim": capsule_dim},
+            num_classes=num_classes,
+            class_names=class_names,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
+            rescale=rescale,
             compile=compile,
+            dtype=dtype,
             name=name,
             **kwargs,
         )
-
-
-_BACKBONE_ARGUMENTS = (
-    "conv_filters",
-    "conv_kernel_sizes",
-    "conv_strides",
-    "primary_capsule_types",
-    "primary_capsule_dim",
-)
-"""The arguments `EfficientCapsNet` hands to its backbone, recorded in its config as checked."""

@@ -1,23 +1,13 @@
 import keras
 from keras import ops
 
-from applications._classes import resolve_classes
-from applications._defaults import dtype_policy
+from applications._capsule_classifier import CapsuleClassifier
 from applications._inputs import PIXELS
-from applications._inputs import InputRangeCheck
-from applications._inputs import check_rescale
-from applications._inputs import rescaled
 from applications._losses import batch_mean
 from applications._losses import with_penalties
-from applications._predictions import CapsulePredictions
-from applications._preset import PresetMixin
-from applications._task import Task
-from applications._task import own_loss
 from applications.matrix_capsnet.matrix_capsnet_backbone import MatrixCapsNetBackbone
 from applications.recipe import Recipe
-from keras_capsules import routing
 from keras_capsules._compat import keras as keras_compat
-from keras_capsules._validation import check_model_arguments
 from keras_capsules._validation import is_int
 from keras_capsules._validation import is_number
 from keras_capsules.layers import ClassMatrixCapsule
@@ -25,13 +15,7 @@ from keras_capsules.losses import SpreadLoss
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNet(
-    PresetMixin,
-    Task,
-    CapsulePredictions,
-    InputRangeCheck,
-    keras.Model,
-):
+class MatrixCapsNet(CapsuleClassifier):
     """The matrix capsule network of Hinton, Sabour, Frosst 2018, for any images and classes.
 
     ReLU Conv1 (A filters, 5x5, stride 2) -> PrimaryCaps (B types, 1x1) ->
@@ -66,33 +50,22 @@ class MatrixCapsNet(
     as `spread_margin`.
 
     Args:
-        A: the paper's letter for `conv_filters`.
-        B: the paper's letter for `primary_capsule_types`.
-        C: the paper's letter for `conv_caps1_types`.
-        D: the paper's letter for `conv_caps2_types`.
-        iterations: EM iterations of every capsule layer (3).
-        input_shape: shape of one image, `(height, width, channels)`;
-            `(28, 28, 1)` by default.
+        A: the paper's letter for `conv_filters`, Conv1's filters (32).
+        B: the paper's letter for `primary_capsule_types` (32).
+        C: the paper's letter for `conv_caps1_types` (32).
+        D: the paper's letter for `conv_caps2_types` (32). Each size may be
+            given by its name or its letter, not both.
+        backbone: a `MatrixCapsNetBackbone`; by default one built from the
+            backbone's arguments in `kwargs`.
         num_classes: number of class capsules: by default the number of
             `class_names`, or 10.
         class_names: the classes' names in label order (see `CapsNet`).
         coordinate_addition: add the capsules' positions to the class votes.
-        inverse_temperature: final inverse temperature of EM routing (0.01).
-        variance_epsilon: floor of the routing variances (1e-4).
-        tempering: the exponent `tau` of every layer's E-step,
-            `R ∝ (a p) ** tau` (0.1), or one per E-step; 1 is the paper's
-            E-step. See `keras_capsules.routing.em_routing`.
-        normalization: how ConvCaps1 and ConvCaps2 share a child's `R`:
-            `"types_and_positions"` (default, the paper's text) or
-            `"positions"` (per output type, the authors' code).
-        inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`,
-            see `keras_capsules.routing.inverse_temperatures`.
         rescale: the factor the model multiplies its inputs by, `1 / 255`
             (default) for pixel values in [0, 255]; `None` for inputs
             already scaled, as smallNORB's pipelines
             (`keras_capsules.datasets.smallnorb`) standardise every image. A
             first NumPy batch outside the expected range warns.
-        weight_decay: L2 factor on every kernel (2e-7); 0 for none.
         spread_margin: the spread loss's margin: a number in (0, 1] (0.2), or
             a `keras.optimizers.schedules.LearningRateSchedule` of the
             optimizer's step, such as the paper's linear rise from 0.2 to 0.9
@@ -104,17 +77,19 @@ class MatrixCapsNet(
             0.2 to 0.9 over a `keras-capsules train` run.
         dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
             the global policy. EM routing and the loss run in float32.
-        conv_filters: Conv1 filters, `A` (32).
-        primary_capsule_types: primary capsule types, `B` (32).
-        conv_caps1_types: ConvCaps1 capsule types, `C` (32).
-        conv_caps2_types: ConvCaps2 capsule types, `D` (32). Each size may be
-            given by its name or its letter, not both.
-        em_settings: `iterations`, `inverse_temperature`, `variance_epsilon`,
-            `tempering` and `inverse_temperature_schedule` as one
-            `keras_capsules.routing.EMSettings` (those arguments keep their
-            defaults). Every capsule layer routes with the one the model
-            holds, made once.
-        **kwargs: `keras.Model` arguments such as `name`.
+        name: the model's name.
+        **kwargs: the backbone's arguments, `MatrixCapsNetBackbone`'s:
+            `input_shape` (`(28, 28, 1)`), the sizes by name, `normalization`
+            (`"types_and_positions"`, the paper's text, or `"positions"`, the
+            authors' code), `weight_decay` (2e-7, an L2 penalty on every
+            kernel, the class capsules' too), and EM routing's settings,
+            which every capsule layer routes with: `iterations` (3),
+            `inverse_temperature` (0.01), `variance_epsilon` (1e-4),
+            `tempering` (the exponent `tau` of the E-step,
+            `R ∝ (a p) ** tau`, 0.1; 1 is the paper's E-step),
+            `inverse_temperature_schedule` (`"rescaled"` or `"authors"`),
+            or all five as one `keras_capsules.routing.EMSettings`,
+            `em_settings`; and `keras.Model`'s `trainable`.
 
     Example:
 
@@ -140,6 +115,7 @@ class MatrixCapsNet(
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
     """
 
+    BACKBONE = MatrixCapsNetBackbone
     RECIPE = Recipe(batch_size=32, learning_rate=3e-3, spread_margin=(0.2, 0.9))
 
     def __init__(
@@ -148,106 +124,51 @@ class MatrixCapsNet(
         B=None,
         C=None,
         D=None,
-        iterations=3,
-        input_shape=(28, 28, 1),
+        backbone=None,
         num_classes=None,
         class_names=None,
         coordinate_addition=True,
-        inverse_temperature=routing.INVERSE_TEMPERATURE,
-        variance_epsilon=routing.VARIANCE_EPSILON,
-        tempering=routing.TEMPERING,
-        normalization="types_and_positions",
-        inverse_temperature_schedule="rescaled",
         rescale=PIXELS,
-        weight_decay=2e-7,
         spread_margin=0.2,
         compile=True,
         dtype=None,
         name="matrix_capsnet",
-        conv_filters=32,
-        primary_capsule_types=32,
-        conv_caps1_types=32,
-        conv_caps2_types=32,
-        em_settings=None,
         **kwargs,
     ):
-        A, B, C, D = (
-            _size(letter, letter_value, long, long_value)
-            for letter, letter_value, long, long_value in (
-                ("A", A, "conv_filters", conv_filters),
-                ("B", B, "primary_capsule_types", primary_capsule_types),
-                ("C", C, "conv_caps1_types", conv_caps1_types),
-                ("D", D, "conv_caps2_types", conv_caps2_types),
-            )
-        )
-        num_classes, class_names = resolve_classes(num_classes, class_names)
-        rescale = check_rescale(rescale)
-        policy = dtype_policy(dtype)
-        check_model_arguments(self, kwargs)
-        backbone = MatrixCapsNetBackbone(
-            input_shape=input_shape,
-            conv_filters=A,
-            primary_capsule_types=B,
-            conv_caps1_types=C,
-            conv_caps2_types=D,
-            normalization=normalization,
-            weight_decay=weight_decay,
-            em_settings=em_settings,
-            iterations=iterations,
-            inverse_temperature=inverse_temperature,
-            variance_epsilon=variance_epsilon,
-            tempering=tempering,
-            inverse_temperature_schedule=inverse_temperature_schedule,
-            dtype=policy,
-            name="backbone",
-        )
-        images = keras.Input(shape=backbone.image_shape, name="images")
-        capsules = backbone(rescaled(images, rescale, policy))
-        poses, activations = ClassMatrixCapsule(
-            num_classes,
-            coordinate_addition=coordinate_addition,
-            kernel_regularizer=backbone.regularizer,
-            name="class_caps",
-            dtype=policy,
-            em_settings=backbone.em_settings,
-        )(capsules)
-        activations = keras.layers.Activation("linear", dtype="float32", name="probabilities")(
-            activations
-        )
+        for letter, value, size in zip("ABCD", (A, B, C, D), _SIZES):
+            if value is not None:
+                kwargs[size] = _size(letter, value, size, kwargs.get(size, 32))
+
+        def head(capsules, num_classes, policy, backbone):
+            return ClassMatrixCapsule(
+                num_classes,
+                coordinate_addition=coordinate_addition,
+                kernel_regularizer=backbone.regularizer,
+                name="class_caps",
+                dtype=policy,
+                em_settings=backbone.em_settings,
+            )(capsules)
+
         super().__init__(
-            inputs=images,
-            outputs={"probabilities": activations, "poses": poses},
+            backbone,
+            head,
+            config={"coordinate_addition": coordinate_addition},
+            num_classes=num_classes,
+            class_names=class_names,
+            decoder_units=None,
+            reconstruction_weight=0.0,
+            rescale=rescale,
+            compile=False,
+            dtype=dtype,
             name=name,
+            class_loss=SpreadLoss(),  # its name; `compute_loss` applies the margin of the step
             **kwargs,
         )
-        # The model's own policy decides loss scaling in compile (mixed_float16).
-        self.dtype_policy = policy
-        self.backbone = backbone
-        own = backbone.get_config()
-        self._config = {
-            **{key: own[key] for key in _BACKBONE_ARGUMENTS},
-            "input_shape": backbone.image_shape,
-            "num_classes": num_classes,
-            "class_names": None if class_names is None else list(class_names),
-            "coordinate_addition": coordinate_addition,
-            "normalization": normalization,
-            "rescale": rescale,
-            "weight_decay": weight_decay,
-            "dtype": policy.name,
-        }
-        self.image_shape = backbone.image_shape
-        self.num_classes = num_classes
-        self.class_names = class_names
-        self.rescale = rescale
         self.spread_margin = spread_margin
         self._optimizer_step = None  # the step a JAX training step is computing
-        self.spread_loss_tracker = keras.metrics.Mean(name="spread_loss")
         self.spread_margin_tracker = keras.metrics.Mean(name="spread_margin")
         if compile:
             self.compile()
-
-    def _loss_for_compile(self, loss):
-        return own_loss(self, loss)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if y is None:
@@ -258,12 +179,9 @@ class MatrixCapsNet(
         spread = SpreadLoss(margin=margin)
         activations = y_pred["probabilities"]
         loss = spread(y, activations, sample_weight=sample_weight)
-        self.spread_loss_tracker.update_state(batch_mean(spread, y, activations, sample_weight))
+        self.margin_loss_tracker.update_state(batch_mean(spread, y, activations, sample_weight))
         self.spread_margin_tracker.update_state(margin)
         return with_penalties(self, loss, x, y, y_pred, sample_weight, training)
-
-    def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        return super().compute_metrics(x, y, y_pred["probabilities"], sample_weight)
 
     # The spread margin --------------------------------------------------------
 
@@ -310,14 +228,17 @@ class MatrixCapsNet(
         margin = self._spread_margin
         if not isinstance(margin, float):
             margin = keras.saving.serialize_keras_object(margin)
-        return {**self._config, "spread_margin": margin}
+        config = super()._architecture_config()
+        for key in ("decoder_units", "reconstruction_weight"):  # none: the spread loss alone
+            del config[key]
+        return {**config, "spread_margin": margin}
 
     @classmethod
     def _from_architecture_config(cls, config):
         config = dict(config)
         if isinstance(config.get("spread_margin"), dict):
             config["spread_margin"] = keras.saving.deserialize_keras_object(config["spread_margin"])
-        return cls(**config)
+        return super()._from_architecture_config(config)
 
 
 def _size(letter, letter_value, name, value):
@@ -356,15 +277,5 @@ def _checked_margin(margin):
     return float(margin)
 
 
-_BACKBONE_ARGUMENTS = (
-    "conv_filters",
-    "primary_capsule_types",
-    "conv_caps1_types",
-    "conv_caps2_types",
-    "iterations",
-    "inverse_temperature",
-    "variance_epsilon",
-    "tempering",
-    "inverse_temperature_schedule",
-)
-"""What `MatrixCapsNet`'s config records of its backbone's: the sizes and the EM settings."""
+_SIZES = ("conv_filters", "primary_capsule_types", "conv_caps1_types", "conv_caps2_types")
+"""The backbone's sizes that the paper's letters A, B, C and D name."""

@@ -343,7 +343,7 @@ def test_a_malformed_preset_is_one_error_naming_the_file(tmp_path, damage, match
     "change, path",
     [
         ({"num_classes": 3, "class_names": None}, "digit_caps/kernel"),  # the tester's case
-        ({"conv_filters": 4}, "conv1/kernel"),  # another size, another layer
+        ({"backbone": {"conv_filters": 4}}, "conv1/kernel"),  # another size, another layer
     ],
 )
 def test_a_config_that_disagrees_with_its_weights_is_one_line(tmp_path, change, path):
@@ -351,7 +351,11 @@ def test_a_config_that_disagrees_with_its_weights_is_one_line(tmp_path, change, 
     config_path = os.path.join(folder, "config.json")
     with open(config_path) as f:
         config = json.load(f)
-    config["config"].update(change)
+    for key, value in change.items():
+        if key == "backbone":  # the backbone's own config, inside the classifier's
+            config["config"]["backbone"]["config"].update(value)
+        else:
+            config["config"][key] = value
     with open(config_path, "w") as f:
         json.dump(config, f)
     with pytest.raises(ValueError) as raised:

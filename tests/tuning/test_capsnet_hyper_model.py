@@ -52,7 +52,10 @@ def test_search_space_ranges():
 
 def test_defaults_are_the_papers_settings():
     defaults = CapsNetHyperModel().search_space().values
-    signature = inspect.signature(applications.CapsNet).parameters
+    signature = {  # the model's arguments and its backbone's, which it hands on
+        **inspect.signature(applications.CapsNetBackbone).parameters,
+        **inspect.signature(applications.CapsNet).parameters,
+    }
     recipe = applications.CapsNet.RECIPE
     for name, value in defaults.items():
         if name in ("learning_rate", "decay_rate", "max_shift"):
@@ -88,7 +91,7 @@ def test_build_follows_the_hyperparameters():
     hypermodel = CapsNetHyperModel(decoder_units=(16,))
     hp = fixed(iterations=1, learning_rate=5e-3, decay_rate=1.0, reconstruction_weight=0.0)
     model = hypermodel.build(fixed(**TINY_CAPSNET, **hp.values))
-    config = model.get_config()
+    config = {**model.get_config(), **model.get_config()["backbone"]["config"]}
     for name, value in {**TINY_CAPSNET, "iterations": 1}.items():
         assert config[name] == value, name
     assert model.decoder is None and config["decoder_units"] is None  # weight 0: no decoder

@@ -44,7 +44,10 @@ def test_search_space_ranges():
 
 def test_defaults_are_the_papers_settings():
     defaults = MatrixCapsNetHyperModel().search_space().values
-    signature = inspect.signature(applications.MatrixCapsNet).parameters
+    signature = {  # the model's arguments and its backbone's, which it hands on
+        **inspect.signature(applications.MatrixCapsNetBackbone).parameters,
+        **inspect.signature(applications.MatrixCapsNet).parameters,
+    }
     for name in ("iterations", "A", "B", "C", "D", "tempering"):
         assert defaults[name] == signature[ARGUMENT.get(name, name)].default, name
     recipe = applications.MatrixCapsNet.RECIPE
@@ -84,7 +87,7 @@ def test_build_follows_the_hyperparameters():
     hp = fixed(**TINY_MATRIX, inverse_temperature=0.05, tempering=0.3, learning_rate=1e-3)
     hypermodel = MatrixCapsNetHyperModel(**MNIST, weight_decay=0, normalization="positions")
     model = hypermodel.build(hp)
-    config = model.get_config()
+    config = {**model.get_config(), **model.get_config()["backbone"]["config"]}
     for name, value in {**TINY_MATRIX, "inverse_temperature": 0.05, "tempering": 0.3}.items():
         assert config[ARGUMENT.get(name, name)] == value, name
     assert config["normalization"] == "positions"

