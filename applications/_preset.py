@@ -11,16 +11,15 @@ where it is not installed, in Keras's cache, downloaded once from
 """
 
 import datetime
-import hashlib
 import json
 import os
-import tempfile
-import warnings
 
 import keras
-import numpy as np
 
 from applications._transfer import transfer_weights
+from applications._weights_file import copy_weights
+from applications._weights_file import load_weights
+from applications._weights_file import sha256
 from keras_capsules import _download
 from keras_capsules._atomic import write_json
 from keras_capsules._optional import require
@@ -60,15 +59,6 @@ def _read_json(path):
             "preset's; write the preset with save_to_preset()."
         )
     return value
-
-
-def sha256(path):
-    """The SHA-256 of the file at `path`, as hex."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def list_presets():
@@ -246,7 +236,7 @@ def load_preset(cls, preset, **kwargs):
     own = config["config"]
     if not any(key in kwargs for key in _RESHAPING):
         model = stored.from_config(_replaced(stored, own, kwargs))
-        _load_weights(model, weights)
+        load_weights(model, weights)
         return model
     replaced = _replaced(stored, own, kwargs)
     # Classes given by count or by names alone: the preset's other value described its own.
@@ -257,7 +247,7 @@ def load_preset(cls, preset, **kwargs):
     same_names = list(model.class_names or []) == list(own.get("class_names") or [])
     new_classes = model.num_classes != own.get("num_classes") or not same_names
     source = stored.from_config({**own, "compile": False})
-    _load_weights(source, weights)
+    load_weights(source, weights)
     model.preset_layers = tuple(transfer_weights(source, model, new_head=new_classes))
     return model
 
@@ -280,90 +270,6 @@ def _replaced(stored, own, kwargs):
 
 _RESHAPING = ("num_classes", "class_names", "input_shape")
 """`from_preset` arguments that start a model of other sizes or classes from the preset's layers."""
-
-
-def _load_weights(model, weights):
-    """Load `weights` into `model`; one line if they are not the weights of its config."""
-    with warnings.catch_warnings():
-        # A preset holds no optimizer state (a compiled model's optimizer is new).
-        warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
-        # What Keras says of a nested model whose weights do not fit: the error says it.
-        warnings.filterwarnings("ignore", "Skipping nested container")
-        try:
-            model.load_weights(weights)
-        except ValueError as error:
-            raise ValueError(
-                f"{weights} does not hold the weights of the model its {CONFIG_FILE} "
-                f"describes: {_mismatch(model, weights, error)}. The preset's files come from "
-                "different models; write the preset again with save_to_preset()."
-            ) from None
-
-
-def _mismatch(model, weights, error):
-    """The first weight of `model` whose shape `weights` (a `.weights.h5` file) does not hold.
-
-    Keras's own error on a nested model names no shape, so the files are
-    compared: `model`'s weights are set to their index and saved, which tells
-    which variable each dataset of Keras's layout is, and the datasets of
-    `weights` at the same places are read for their shapes.
-    """
-    import h5py
-
-    for index, variable in enumerate(model.weights):
-        variable.assign(np.full(tuple(variable.shape), index, dtype=variable.dtype))
-    with tempfile.TemporaryDirectory() as folder:
-        marked = os.path.join(folder, "marked.weights.h5")
-        model.save_weights(marked)
-        with h5py.File(marked, "r") as want, h5py.File(weights, "r") as got:
-            places = {}  # the index of each variable -> its dataset in Keras's layout
-
-            def mark(key, item):
-                if isinstance(item, h5py.Dataset) and item.size and not key.startswith("optimizer"):
-                    places.setdefault(int(item[()].flat[0]), key)
-
-            want.visititems(mark)
-            for index, variable in enumerate(model.weights):  # in the model's order
-                if index not in places:
-                    continue
-                stored, shape = got.get(places[index]), tuple(variable.shape)
-                if not isinstance(stored, h5py.Dataset):
-                    return f"{variable.path} of the shape {shape} is not in the file"
-                if tuple(stored.shape) != shape:
-                    return (
-                        f"{variable.path} has the shape {shape} in the model and "
-                        f"{tuple(stored.shape)} in the file"
-                    )
-    return str(error).strip().splitlines()[0][:300]
-
-
-def _copy_weights(source, target, float16=False):
-    """Copy the Keras weights file `source` to `target` without the optimizer's state.
-
-    A preset is the model, not a training run: Adam's two moments would
-    triple the file. With `float16`, float32 arrays are stored as float16.
-    """
-    import h5py
-
-    def copy(src, dst):
-        dst.attrs.update(src.attrs)
-        for key, item in src.items():
-            if isinstance(item, h5py.Group):
-                if not (src.name == "/" and key == "optimizer"):
-                    copy(item, dst.create_group(key))
-                continue
-            values = item[()]
-            if float16 and values.dtype == np.float32:
-                values = values.astype(np.float16)
-                if not np.all(np.isfinite(values)):
-                    raise ValueError(
-                        f"The weights {item.name!r} overflow float16; "
-                        "save them with weights_dtype='float32'."
-                    )
-            dst.create_dataset(key, data=values)
-            dst[key].attrs.update(item.attrs)
-
-    with h5py.File(source, "r") as src, h5py.File(target, "w") as dst:
-        copy(src, dst)
 
 
 def save_preset(model, preset_dir, metadata=None, weights_dtype=None):
@@ -398,7 +304,7 @@ def save_preset(model, preset_dir, metadata=None, weights_dtype=None):
     partial = os.path.join(preset_dir, f".{os.getpid()}.partial.weights.h5")
     try:
         model.save_weights(saved)
-        _copy_weights(saved, partial, float16=weights_dtype == "float16")
+        copy_weights(saved, partial, float16=weights_dtype == "float16")
         os.replace(partial, weights)
     finally:
         for path in (saved, partial):

@@ -342,7 +342,7 @@ def _start_preset(recipe, folder):
     into `folder/start`; the weights file's SHA-256 must be the recipe's and
     the metadata's, and its epochs the recipe's.
     """
-    from applications._preset import sha256
+    from applications._weights_file import sha256
     from keras_capsules._atomic import replacing
 
     start = recipe["start"]

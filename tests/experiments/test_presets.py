@@ -115,7 +115,7 @@ def test_another_seed_trains_in_its_own_folder(presets, tmp_path):
 
 
 def test_a_recipe_with_a_start_begins_after_its_preset(presets, tmp_path):
-    from applications._preset import sha256
+    from applications._weights_file import sha256
 
     recipe = presets.recipe_for("em_capsnet_mnist")
     args = presets.parse_args(["em_capsnet_mnist", "--runs-dir", str(tmp_path)])
