@@ -10,7 +10,7 @@ class BackboneModel:
     """What a model on a user's backbone adds to its base class.
 
     The subclass holds the user's model as `self.backbone`, which its config
-    holds as it is now (frozen or not, `Task.SAVES_BACKBONE`);
+    holds as it is now (frozen or not);
     `head_parameters()` counts the rest, and without `rescale` the inputs go
     to the backbone unchecked, in whatever range it was built for ([0, 255]
     for keras.applications).

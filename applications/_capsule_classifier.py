@@ -33,8 +33,8 @@ class CapsuleClassifier(
 
     The images are multiplied by `rescale` and run through the `backbone`
     (a `keras.Model` the model tracks, and saves in its config); the
-    subclass's `head(features, num_classes, policy)` turns its output into
-    the class capsules `poses` `(batch, num_classes, capsule_dim)` and their
+    subclass's `head(features, num_classes, policy, backbone)` turns its
+    output into the class capsules `poses` `(batch, num_classes, capsule_dim)` and their
     scores in [0, 1] (`None`: the capsules' lengths). With `backbone=None`
     the family's `BACKBONE` is built from the backbone's arguments, which
     the subclass passes on in `kwargs`. This class adds the class scores as
@@ -44,8 +44,6 @@ class CapsuleClassifier(
     `decode`, `reconstruct` and the config round trip (`config` holds the
     head's own arguments).
     """
-
-    SAVES_BACKBONE = True
 
     def __init__(
         self,

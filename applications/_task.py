@@ -24,7 +24,7 @@ class Task:
 
     The config is `_architecture_config()` (what the constructor takes) with
     the model's name, whether it is trainable, its serialized `backbone`
-    (with `SAVES_BACKBONE`), and `frozen_layers`, the
+    (for a task built on one), and `frozen_layers`, the
     layers with weights set untrainable (`model.backbone.trainable = False`
     freezes the backbone's), which `from_config` freezes again: a `.keras`
     file, a preset and a continued run keep them frozen.
@@ -35,9 +35,6 @@ class Task:
 
     BACKBONE = None
     """The family's backbone class, which `backbone=None` builds (`_backbone`)."""
-
-    SAVES_BACKBONE = False
-    """Whether the config holds `model.backbone`, serialized (for a task built on one)."""
 
     # Compile -------------------------------------------------------------------
 
@@ -116,8 +113,9 @@ class Task:
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}
-        if self.SAVES_BACKBONE:
-            backbone = keras.saving.serialize_keras_object(self.backbone)
+        backbone = getattr(self, "backbone", None)  # the CNN baseline has none
+        if backbone is not None:
+            backbone = keras.saving.serialize_keras_object(backbone)
             for state in ("build_config", "compile_config"):  # a built functional model's
                 backbone.pop(state, None)
             config["backbone"] = backbone

@@ -73,7 +73,6 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
     """
 
     RECIPE = Recipe(batch_size=100, learning_rate=1e-3)
-    SAVES_BACKBONE = True
 
     def __init__(
         self,

@@ -343,9 +343,13 @@ def _build_model(args, steps_per_epoch, spec, em_settings=None):
             )
         elif args.model == "matrix-capsnet":
             arguments.update(
-                A=args.A, B=args.B, C=args.C, D=args.D, normalization=args.normalization
+                A=args.A,
+                B=args.B,
+                C=args.C,
+                D=args.D,
+                normalization=args.normalization,
+                em_settings=em_settings,
             )
-            arguments["em_settings"] = em_settings
         try:
             check_fits(lambda: cls(**arguments), args.batch_size)
             model = cls(**arguments)
