@@ -2,7 +2,7 @@
 
 import keras
 
-from applications._inputs import rescaled
+from applications._inputs import image_input
 from keras_capsules._validation import check_image_shape
 
 
@@ -11,9 +11,9 @@ class BackboneModel:
 
     The subclass holds the user's model as `self.backbone`, which its config
     holds as it is now (frozen or not);
-    `head_parameters()` counts the rest, and without `rescale` the inputs go
-    to the backbone unchecked, in whatever range it was built for ([0, 255]
-    for keras.applications).
+    `head_parameters()` counts the rest, and with an image converter that
+    does not scale, the inputs go to the backbone unchecked, in whatever
+    range it was built for ([0, 255] for keras.applications).
     """
 
     def head_parameters(self):
@@ -21,7 +21,7 @@ class BackboneModel:
         return self.count_params() - self.backbone.count_params()
 
     def _check_input_range(self, x):
-        if self.rescale is not None:
+        if self.image_converter.scale is not None:
             super()._check_input_range(x)
 
 
@@ -64,15 +64,15 @@ def backbone_input_shape(backbone, input_shape):
     return input_shape
 
 
-def backbone_features(backbone, input_shape, rescale, policy, normalize):
+def backbone_features(backbone, input_shape, converter, policy, normalize):
     """`(images, features)`: the model's input and the backbone's feature map of it.
 
-    The images are multiplied by `rescale` before the backbone; the feature
+    The images go through `converter` before the backbone; the feature
     map must be 4D and of known size, and with `normalize` its channels are
     layer-normalised at every position (the layer `"feature_norm"`).
     """
-    images = keras.Input(shape=input_shape, name="images")
-    features = backbone(rescaled(images, rescale, policy))
+    images = image_input(input_shape)
+    features = backbone(converter(images))
     check_features(features, input_shape)
     if normalize:
         features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(features)

@@ -7,8 +7,9 @@ from keras import ops
 from applications._classes import resolve_classes
 from applications._defaults import dtype_policy
 from applications._inputs import InputRangeCheck
-from applications._inputs import check_rescale
-from applications._inputs import rescaled
+from applications._inputs import accept_any_image
+from applications._inputs import converter_for
+from applications._inputs import image_input
 from applications._losses import batch_mean
 from applications._losses import with_penalties
 from applications._predictions import CapsulePredictions
@@ -31,7 +32,8 @@ class CapsuleClassifier(
 ):
     """A functional model from images to class capsules, trained on the margin loss.
 
-    The images are multiplied by `rescale` and run through the `backbone`
+    The images go through the `image_converter` (any size and colour to the
+    network's, pixels scaled) and the `backbone`
     (a `keras.Model` the model tracks, and saves in its config); the
     subclass's `head(features, num_classes, policy, backbone)` turns its
     output into the class capsules `poses` `(batch, num_classes, capsule_dim)` and their
@@ -55,7 +57,7 @@ class CapsuleClassifier(
         class_names,
         decoder_units,
         reconstruction_weight,
-        rescale,
+        image_converter,
         compile,
         dtype,
         name,
@@ -65,14 +67,14 @@ class CapsuleClassifier(
         **kwargs,
     ):
         num_classes, class_names = resolve_classes(num_classes, class_names, default_classes)
-        rescale = check_rescale(rescale)
         policy = dtype_policy(dtype)
         check_reconstruction_weight(reconstruction_weight)
         trainable = kwargs.pop("trainable", True)
         backbone = self._backbone(backbone, kwargs, policy)
         input_shape = image_shape or backbone.image_shape
-        images = keras.Input(shape=input_shape, name="images")
-        features = backbone(rescaled(images, rescale, policy))
+        converter = converter_for(image_converter, input_shape)
+        images = image_input(input_shape)
+        features = backbone(converter(images))
         poses, scores = head(features, num_classes, policy, backbone)
         if scores is None:
             probabilities = Length(name="probabilities", dtype="float32")(poses)
@@ -85,6 +87,7 @@ class CapsuleClassifier(
             outputs={"probabilities": probabilities, "poses": poses},
             name=name,
         )
+        accept_any_image(self)
         if not trainable:  # set once the layers are tracked, so that they are frozen too
             self.trainable = False
         # The model's own policy decides loss scaling in compile (mixed_float16).
@@ -96,11 +99,10 @@ class CapsuleClassifier(
             **config,
             "decoder_units": None if decoder_units is None else tuple(decoder_units),
             "reconstruction_weight": reconstruction_weight,
-            "rescale": rescale,
             "dtype": policy.name,
         }
         self.image_shape = input_shape
-        self.rescale = rescale
+        self.image_converter = converter
         self.num_classes = num_classes
         self.class_names = class_names
         self.mask = Mask(name="mask")
@@ -124,11 +126,8 @@ class CapsuleClassifier(
         return own_loss(self, loss)
 
     def _images(self, x):
-        """The reconstruction target: the input images scaled to [0, 1]."""
-        x = ops.cast(x, "float32")
-        if self.rescale is not None:
-            x = x * self.rescale
-        return ops.reshape(x, (ops.shape(x)[0],) + self.image_shape)
+        """The reconstruction target: the input images as the converter gives the network."""
+        return ops.cast(self.image_converter(x), "float32")
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if y is None:
@@ -163,6 +162,10 @@ class CapsuleClassifier(
             self.reconstruction_loss_tracker.update_state(tracked)
             total = total + reconstruction
         return total
+
+    def _serving_outputs(self):
+        decoder = {} if self.decoder is None else {"decoder": self.decoder, "mask": self.mask}
+        return {"scores": "probabilities", "poses": "poses", **decoder}
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         return super().compute_metrics(x, y, y_pred["probabilities"], sample_weight)
@@ -199,7 +202,8 @@ class CapsuleClassifier(
     # Serialization ----------------------------------------------------------
 
     def _architecture_config(self):
-        return dict(self._config)
+        converter = keras.saving.serialize_keras_object(self.image_converter)
+        return {**self._config, "image_converter": converter}
 
 
 def check_reconstruction_weight(reconstruction_weight):

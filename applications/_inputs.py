@@ -1,48 +1,72 @@
-"""The applications' input convention: a `rescale` factor, and a loud wrong input range."""
+"""The applications' images: an image converter inside the model, and a loud wrong range."""
 
-import math
 import warnings
 
 import keras
 import numpy as np
 
-from keras_capsules._validation import is_number
+from keras_capsules.layers import ImageConverter
 
 PIXELS = 1.0 / 255.0
-"""The default `rescale`: images arrive as 8-bit pixel values in [0, 255]."""
+"""The default converter's `scale`: images arrive as 8-bit pixel values in [0, 255]."""
 
 
-def check_rescale(rescale):
-    """`rescale` as a float, or `None`; a `ValueError` naming it otherwise."""
-    if rescale is None:
-        return None
-    if not is_number(rescale):
-        raise ValueError(f"`rescale` must be a positive number or None. Received: {rescale!r}")
-    if not (math.isfinite(rescale) and rescale > 0):
-        raise ValueError(f"`rescale` must be a positive number or None. Received: {rescale!r}")
-    return float(rescale)
+def converter_for(converter, image_shape):
+    """The model's `ImageConverter` to images of `image_shape`.
+
+    `None` gives the default: pixels in [0, 255] scaled to [0, 1], any size
+    resized and any colour converted to the network's. A given converter's
+    unset `image_size` and `channels` become the network's; set ones must be
+    them.
+    """
+    if converter is None:
+        converter = ImageConverter(scale=PIXELS)
+    if not isinstance(converter, ImageConverter):
+        raise ValueError(
+            "`image_converter` must be a keras_capsules.layers.ImageConverter or None. "
+            f"Received: image_converter={converter!r}"
+        )
+    size, channels = tuple(image_shape[:2]), image_shape[-1]
+    want = {"image_size": size, "channels": channels if channels in (1, 3) else None}
+    config = converter.get_config()
+    for key, value in want.items():
+        given = config[key]
+        if given is not None and (tuple(given) if key == "image_size" else given) != value:
+            raise ValueError(
+                f"`image_converter` gives {key}={config[key]!r}, but the network takes images "
+                f"of shape {tuple(image_shape)}: leave `{key}` unset or give {value!r}."
+            )
+    config.update(want, name="image_converter", dtype="float32")
+    return ImageConverter.from_config(config)
 
 
-def rescaled(images, rescale, policy):
-    """`images` multiplied by `rescale` in the graph (a `Rescaling` layer), or as they are."""
-    if rescale is None:
-        return images
-    return keras.layers.Rescaling(rescale, name="rescaling", dtype=policy)(images)
+def image_input(image_shape):
+    """The model's input: images of any size with the network's channels (`None` for any)."""
+    return keras.Input(shape=(None, None, image_shape[-1]), name="images")
+
+
+def accept_any_image(model):
+    """Let `model` take images of any size and colour, grey ones also as `(h, w)`.
+
+    The converter inside brings them to the network's; the input's own shape
+    keeps the network's channels, so that grey `(n, h, w)` arrays are taken
+    as `(n, h, w, 1)`, as Keras takes them.
+    """
+    model.input_spec = keras.InputSpec(min_ndim=3, max_ndim=4, name="images")
 
 
 class InputRangeCheck:
     """Warn once when the first NumPy batch given to `fit`, `evaluate` or `predict`
-    cannot be in the range the model's `rescale` expects.
+    cannot be in the range the model's image converter expects.
 
-    With a `rescale` the model expects raw values up to about `1 / rescale`
-    (pixels in [0, 255] for `1 / 255`): negative values, or values that never
-    exceed `1 / rescale` divided by 100 (images already scaled to [0, 1]),
-    warn. Without one it expects values already scaled: values above 20
-    (raw pixels) warn. The check looks at the arrays before `fit` starts, so
-    the compiled step is untouched; `tf.data` pipelines are not inspected.
+    With a converter `scale` the model expects raw values up to about
+    `1 / scale` (pixels in [0, 255] for `1 / 255`): negative values, or
+    values that never exceed `1 / scale` divided by 100 (images already
+    scaled to [0, 1]), warn. Without one it expects values already scaled:
+    values above 20 (raw pixels) warn. The check looks at the arrays before
+    `fit` starts, so the compiled step is untouched; `tf.data` pipelines are
+    not inspected.
     """
-
-    rescale = PIXELS
 
     def _check_input_range(self, x):
         if getattr(self, "_input_range_checked", False):
@@ -54,21 +78,22 @@ class InputRangeCheck:
         sample = np.asarray(images[:1024], dtype="float64")
         low, high = float(np.min(sample)), float(np.max(sample))
         name = type(self).__name__
-        if self.rescale is not None:
-            top = 1.0 / self.rescale
+        scale = self.image_converter.scale
+        if scale is not None:
+            top = 1.0 / scale
             if low < 0 or 0 < high <= top / 100:
                 warnings.warn(
-                    f"{name} multiplies its inputs by rescale={self.rescale:.6g}, so it expects "
-                    f"values in [0, {top:.6g}], but the first batch ranges over "
+                    f"{name}'s image converter multiplies its inputs by scale={scale:.6g}, so "
+                    f"it expects values in [0, {top:.6g}], but the first batch ranges over "
                     f"[{low:.6g}, {high:.6g}]. Pass the raw pixel values, or build the model "
-                    "with rescale=None if the inputs are already scaled.",
+                    "with image_converter=ImageConverter() if the inputs are already scaled.",
                     stacklevel=3,
                 )
         elif high > 20:
             warnings.warn(
-                f"{name} was built with rescale=None, so it expects inputs already scaled "
+                f"{name}'s image converter does not scale, so it expects inputs already scaled "
                 f"(about [-3, 3] or [0, 1]), but the first batch reaches {high:.6g}. For raw "
-                "pixel values build it with rescale=1 / 255.",
+                "pixel values build it with image_converter=ImageConverter(scale=1 / 255).",
                 stacklevel=3,
             )
 

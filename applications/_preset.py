@@ -256,9 +256,15 @@ def _replaced(stored, own, kwargs):
     """The config `own` with the arguments `kwargs`; the backbone's go into the backbone's.
 
     A family's classifier (`stored.BACKBONE`) holds its backbone's config,
-    with the images' `input_shape`.
+    with the images' `input_shape`; a new `input_shape` also resizes to it
+    in the image converter.
     """
     replaced = {**own, **kwargs}
+    converter = own.get("image_converter")
+    if "input_shape" in kwargs and "image_converter" not in kwargs and isinstance(converter, dict):
+        # The converter's size and colour follow the new images; its scale stays.
+        sized = {**converter["config"], "image_size": None, "channels": None}
+        replaced["image_converter"] = {**converter, "config": sized}
     backbone = own.get("backbone")
     if stored.BACKBONE is None or not isinstance(backbone, dict):
         return replaced

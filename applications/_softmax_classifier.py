@@ -3,6 +3,7 @@
 import keras
 
 from applications._inputs import InputRangeCheck
+from applications._inputs import accept_any_image
 from applications._task import Task
 from keras_capsules._validation import check_model_arguments
 
@@ -13,7 +14,7 @@ class SoftmaxClassifier(Task, InputRangeCheck, keras.Model):
     A subclass builds its graph from `images` to `probabilities` and hands
     both to `__init__` with its own config entries (which must hold
     `input_shape` and `num_classes`) and the arguments every such model
-    takes: `rescale`, the policy, whether to compile. It is compiled
+    takes: its `image_converter` (in the graph), the policy, whether to compile. It is compiled
     (unless `compile=False`) with `compile()`'s defaults: Adam with the
     class's `RECIPE` schedule, sparse categorical cross-entropy and accuracy.
     """
@@ -25,22 +26,23 @@ class SoftmaxClassifier(Task, InputRangeCheck, keras.Model):
         *,
         config,
         policy,
-        rescale,
+        image_converter,
         compile,
         name,
         **kwargs,
     ):
         check_model_arguments(self, kwargs)
         super().__init__(inputs=images, outputs=probabilities, name=name, **kwargs)
+        accept_any_image(self)
         self.dtype_policy = policy
         self._config = {
             **config,
-            "rescale": rescale,
             "dtype": policy.name,
         }
         self.image_shape = config["input_shape"]
-        self.rescale = rescale
+        self.image_converter = image_converter
         self.num_classes = config["num_classes"]
+        self.class_names = None
         if compile:
             self.compile()
 
@@ -50,4 +52,5 @@ class SoftmaxClassifier(Task, InputRangeCheck, keras.Model):
         return loss
 
     def _architecture_config(self):
-        return dict(self._config)
+        converter = keras.saving.serialize_keras_object(self.image_converter)
+        return {**self._config, "image_converter": converter}

@@ -10,6 +10,7 @@ import warnings
 import keras
 
 from keras_capsules._validation import check_model_arguments
+from keras_capsules.serving import ServingSpec
 
 
 class Task:
@@ -24,7 +25,7 @@ class Task:
 
     The config is `_architecture_config()` (what the constructor takes) with
     the model's name, whether it is trainable, its serialized `backbone`
-    (for a task built on one), and `frozen_layers`, the
+    (for a task built on one) and `image_converter`, and `frozen_layers`, the
     layers with weights set untrainable (`model.backbone.trainable = False`
     freezes the backbone's), which `from_config` freezes again: a `.keras`
     file, a preset and a continued run keep them frozen.
@@ -81,6 +82,29 @@ class Task:
         if self.built:
             self.optimizer.build(self.trainable_variables)
 
+    # Serving -------------------------------------------------------------------
+
+    def serving_spec(self):
+        """What the exports and the server read of this model: its `ServingSpec`.
+
+        It takes any image (its `image_converter` is inside) and declares its
+        class names, the pixel range its converter takes (`[0, 1 / scale]`,
+        or `[0, 1]` without a scale), where its class scores are and, for a
+        capsule classifier, its class capsules and decoder.
+        """
+        scale = self.image_converter.scale
+        return ServingSpec(
+            image_shape=self.image_shape,
+            any_image=True,
+            class_names=self.class_names,
+            pixel_range=(0.0, 1.0 if scale is None else 1.0 / scale),
+            **self._serving_outputs(),
+        )
+
+    def _serving_outputs(self):
+        """The `ServingSpec` arguments that say where the outputs are: one tensor of scores."""
+        return {}
+
     def _backbone(self, backbone, arguments, policy):
         """`backbone`, or the family's built from `arguments`; a `ValueError` for a mix."""
         others = () if self.BACKBONE is None else (self.BACKBONE,)
@@ -134,6 +158,10 @@ class Task:
             if cls.BACKBONE is not None and "dtype" in config:  # the family's follows the task's
                 backbone = {**backbone, "config": {**backbone["config"], "dtype": config["dtype"]}}
             config["backbone"] = keras.saving.deserialize_keras_object(backbone)
+        if isinstance(config.get("image_converter"), dict):
+            config["image_converter"] = keras.saving.deserialize_keras_object(
+                config["image_converter"]
+            )
         model = cls._from_architecture_config(config)
         freeze(model, frozen)
         return model

@@ -5,7 +5,6 @@ from applications._backbone import backbone_input_shape
 from applications._backbone import check_backbone
 from applications._backbone import check_features
 from applications._capsule_classifier import CapsuleClassifier
-from applications._inputs import PIXELS
 from applications.recipe import Recipe
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive_ints
@@ -51,7 +50,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
     `backbone` is any Keras model or layer that maps images to a feature map:
     your own `Sequential` of convolutions, a `keras.applications` model built
     with `include_top=False`, or a keras-hub backbone that returns a feature
-    map. The model runs the rescaled images through it, normalises the
+    map. The model runs the converted images through it, normalises the
     feature map's channels at every position (`normalize_features`), reads it
     into primary capsules and routes them to `num_classes` class capsules:
 
@@ -81,7 +80,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
     pooled fully connected head of as many parameters (`head_parameters()`).
 
     With `decoder_units`, a `ReconstructionDecoder` fed the true class's
-    capsule reconstructs the rescaled image, as in `CapsNetMNIST`; it is off
+    capsule reconstructs the converted image, as in `CapsNetMNIST`; it is off
     by default because it has one output per pixel. Otherwise the model
     behaves as `CapsNetMNIST`: `fit(x, y)` with no `loss`, `predict` for the
     scores, `predict_poses` for the class capsules, and `.keras` files that
@@ -90,7 +89,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
 
     Args:
         backbone: a `keras.Model` or layer from images to a 4D feature map of
-            known size; its own preprocessing runs after `rescale`. To train
+            known size; its own preprocessing runs after the image converter's. To train
             the head alone, set `backbone.trainable = False` before building
             the model.
         num_classes: number of class capsules; may be left `None` when
@@ -123,10 +122,13 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             margin loss alone.
         reconstruction_weight: scale of the summed squared reconstruction
             error (0.0005), with a decoder.
-        rescale: the factor the inputs are multiplied by before the backbone
-            (`1 / 255` for pixels in [0, 255]; a first batch beyond warns).
-            `None` hands them over as they are, for a `keras.applications`
-            backbone that preprocesses raw pixels itself.
+        image_converter: a `keras_capsules.layers.ImageConverter` that brings
+            the images to `input_shape` and scales them before the backbone
+            (its unset `image_size` and `channels` are the network's); by
+            default one that scales pixels in [0, 255] to [0, 1] (a first
+            batch beyond warns). `ImageConverter()` hands the pixels over
+            unscaled, for a `keras.applications` backbone that preprocesses
+            raw pixels itself.
         compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
             learning rate (1e-3, decayed by 0.96 every 2,000 steps), the
             loss above and accuracy.
@@ -160,7 +162,10 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
     >>> base = keras.applications.MobileNetV3Small(
     ...     input_shape=(224, 224, 3), include_top=False, weights="imagenet"
     ... )  # doctest: +SKIP
-    >>> model = applications.BackboneCapsNet(base, num_classes=102, rescale=None)  # doctest: +SKIP
+    >>> from keras_capsules.layers import ImageConverter
+    >>> model = applications.BackboneCapsNet(  # doctest: +SKIP
+    ...     base, num_classes=102, image_converter=ImageConverter()  # photos of any size
+    ... )
 
     Reference:
         Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
@@ -189,7 +194,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         spread_margin=None,
         decoder_units=None,
         reconstruction_weight=0.0005,
-        rescale=PIXELS,
+        image_converter=None,
         compile=True,
         dtype=None,
         name="backbone_capsnet",
@@ -247,7 +252,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             class_names=class_names,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
-            rescale=rescale,
+            image_converter=image_converter,
             compile=compile,
             dtype=dtype,
             name=name,

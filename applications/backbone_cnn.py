@@ -5,8 +5,7 @@ from applications._backbone import backbone_features
 from applications._backbone import backbone_input_shape
 from applications._backbone import check_backbone
 from applications._defaults import dtype_policy
-from applications._inputs import PIXELS
-from applications._inputs import check_rescale
+from applications._inputs import converter_for
 from applications._softmax_classifier import SoftmaxClassifier
 from applications.recipe import Recipe
 from keras_capsules._validation import check_positive_ints
@@ -37,9 +36,13 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         input_shape: shape of one image; by default the backbone's.
         normalize_features: normalise the feature map's channels at every
             position before pooling (`True`), as `BackboneCapsNet`.
-        rescale: the factor the inputs are multiplied by before the backbone
-            (`1 / 255` for pixels in [0, 255]); `None` hands them over as
-            they are.
+        image_converter: a `keras_capsules.layers.ImageConverter` that brings
+            the images to `input_shape` and scales them before the backbone
+            (its unset `image_size` and `channels` are the network's); by
+            default one that scales pixels in [0, 255] to [0, 1] (a first
+            batch beyond warns). `ImageConverter()` hands the pixels over
+            unscaled, for a `keras.applications` backbone that preprocesses
+            raw pixels itself.
         compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
             learning rate (1e-3, decayed by 0.96 every 2,000 steps),
             sparse categorical cross-entropy and accuracy.
@@ -82,7 +85,7 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         head_parameters=None,
         input_shape=None,
         normalize_features=True,
-        rescale=PIXELS,
+        image_converter=None,
         compile=True,
         dtype=None,
         name="backbone_cnn",
@@ -90,11 +93,11 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
     ):
         check_backbone(backbone)
         input_shape = backbone_input_shape(backbone, input_shape)
-        rescale = check_rescale(rescale)
+        converter = converter_for(image_converter, input_shape)
         policy = dtype_policy(dtype)
         check_positive_ints(num_classes=num_classes)
         images, features = backbone_features(
-            backbone, input_shape, rescale, policy, normalize_features
+            backbone, input_shape, converter, policy, normalize_features
         )
         hidden_units = _hidden_units(
             hidden_units, head_parameters, features.shape[-1], num_classes, bool(normalize_features)
@@ -114,7 +117,7 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
                 "normalize_features": bool(normalize_features),
             },
             policy=policy,
-            rescale=rescale,
+            image_converter=converter,
             compile=compile,
             name=name,
             **kwargs,

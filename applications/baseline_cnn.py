@@ -1,9 +1,8 @@
 import keras
 
 from applications._defaults import dtype_policy
-from applications._inputs import PIXELS
-from applications._inputs import check_rescale
-from applications._inputs import rescaled
+from applications._inputs import converter_for
+from applications._inputs import image_input
 from applications._softmax_classifier import SoftmaxClassifier
 from applications.recipe import Recipe
 from keras_capsules._validation import check_image_shape
@@ -31,8 +30,8 @@ class BaselineCNN(SoftmaxClassifier):
     **3,579,666** parameters (5 x 5 x 128 -> 328 is 1,049,928 of them).
     Without pooling, 40x40 inputs give 69,704,466.
 
-    The model takes images with pixel values in [0, 255] (uint8 or float,
-    `(h, w)` or `(h, w, 1)`) and multiplies them by `rescale` (1 / 255)
+    The model takes images with pixel values in [0, 255] of any size and
+    colour (uint8 or float, `(h, w)` or `(h, w, 1)`) and converts them
     itself; a first NumPy batch outside that range warns. It outputs
     class probabilities and is compiled at construction (unless
     `compile=False`) with Adam, the learning rate schedule of `CapsNet`,
@@ -49,8 +48,9 @@ class BaselineCNN(SoftmaxClassifier):
         dense_units: sizes of the fully connected ReLU layers, `(328, 192)`.
         dropout: dropout rate before the softmax layer (0.5; the paper gives
             none).
-        rescale: the factor the model multiplies its inputs by, `1 / 255` for
-            pixel values in [0, 255]; `None` for inputs already in [0, 1].
+        image_converter: a `keras_capsules.layers.ImageConverter` that brings
+            the images to `input_shape` and scales them, inside the model;
+            by default one that scales pixels in [0, 255] to [0, 1].
         compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
             learning rate (1e-3, decayed by 0.96 every 2,000 steps),
             sparse categorical cross-entropy and accuracy.
@@ -85,14 +85,14 @@ class BaselineCNN(SoftmaxClassifier):
         pooling=None,
         dense_units=(328, 192),
         dropout=0.5,
-        rescale=PIXELS,
+        image_converter=None,
         compile=True,
         dtype=None,
         name="baseline_cnn",
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
-        rescale = check_rescale(rescale)
+        converter = converter_for(image_converter, input_shape)
         policy = dtype_policy(dtype)
         check_positive_ints(num_classes=num_classes, kernel_size=kernel_size)
         filters = tuple(filters)
@@ -107,8 +107,8 @@ class BaselineCNN(SoftmaxClassifier):
         if not is_number(dropout) or not 0 <= dropout < 1:
             raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}")
 
-        images = keras.Input(shape=input_shape, name="images")
-        x = rescaled(images, rescale, policy)
+        images = image_input(input_shape)
+        x = converter(images)
         for index, channels in enumerate(filters):
             x = keras.layers.Conv2D(
                 channels,
@@ -140,7 +140,7 @@ class BaselineCNN(SoftmaxClassifier):
                 "dropout": dropout,
             },
             policy=policy,
-            rescale=rescale,
+            image_converter=converter,
             compile=compile,
             name=name,
             **kwargs,

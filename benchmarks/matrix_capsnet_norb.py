@@ -129,7 +129,7 @@ def run_profile(args):
     names = ["conv1", "primary_caps", "conv_caps1", "conv_caps2"]  # the backbone's
     layers = [model.backbone.get_layer(n) for n in names] + [model.get_layer("class_caps")]
     names.append("class_caps")
-    # The inputs are standardised (rescale=None): the backbone sees them as they are.
+    # The inputs are standardised (a converter without a scale): the backbone takes them unscaled.
     probe = keras.Model(model.backbone.input, [layer.input for layer in layers[:-1]])
     inputs = [*probe(x), keras.Model(model.input, layers[-1].input)(x)]
     seconds = {}

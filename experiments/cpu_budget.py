@@ -63,7 +63,6 @@ def build(name, num_classes=10):
         D=16,
         input_shape=(28, 28, 1),
         num_classes=num_classes,
-        rescale=1 / 255,
         spread_margin=keras.optimizers.schedules.PolynomialDecay(0.2, 600, end_learning_rate=0.9),
     )
 

@@ -43,7 +43,6 @@ def conv1_gradients(iterations, tempering, batches, seed, stop_responsibilities=
         iterations=iterations,
         input_shape=(28, 28, 1),
         num_classes=10,
-        rescale=1 / 255,
         tempering=tempering,
         compile=False,
     )

@@ -79,7 +79,6 @@ def main(argv=None):
         iterations=args.iterations,
         input_shape=(28, 28, 1),
         num_classes=10,
-        rescale=1 / 255,
         tempering=tempering,
         normalization=args.normalization,
         inverse_temperature_schedule=args.schedule,

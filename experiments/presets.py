@@ -113,7 +113,6 @@ RECIPES = {
             "iterations": 3,
             "input_shape": [28, 28, 1],
             "num_classes": 10,
-            "rescale": 1.0 / 255.0,
         },
         "recipe": {
             "learning_rate": 5e-4,

@@ -120,7 +120,7 @@ def run(args):
         hypermodel = CapsNetHyperModel(input_shape=(28, 28, 1), num_classes=10)
     else:
         hypermodel = MatrixCapsNetHyperModel(
-            input_shape=(28, 28, 1), num_classes=10, rescale=1.0 / 255.0
+            input_shape=(28, 28, 1), num_classes=10, scale=1.0 / 255.0
         )
     space = [hp.name for hp in hypermodel.search_space().space]
     fixed = kt.HyperParameters()

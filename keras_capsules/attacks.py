@@ -188,9 +188,11 @@ def _class_loss(model):
 
 
 def _pixel_range(model):
-    """The largest pixel value the model takes: `1 / rescale`, or 1 without rescaling."""
-    rescale = getattr(model, "rescale", None)
-    return 1.0 if rescale is None else 1.0 / rescale
+    """The largest pixel value: `1 / scale` of the model's `image_converter` (the
+    applications'), or 1 for a model without one."""
+    converter = getattr(model, "image_converter", None)  # a functional model has none
+    scale = None if converter is None else converter.scale
+    return 1.0 if scale is None else 1.0 / scale
 
 
 def _scores(model, x):

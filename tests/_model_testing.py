@@ -32,6 +32,22 @@ def _numpy(outputs):
     return ops.convert_to_numpy(outputs)
 
 
+def _other_size_and_colour(images):
+    """`images` twice as large (each pixel four times) and in the other colour, as the
+    converter turns them back exactly: grey as equal red, green and blue (their luma is
+    the grey), colour with an alpha channel (dropped); other channels keep their number.
+
+    Halving by bilinear interpolation with half-pixel centres reads each output
+    pixel between two copies of the same input pixel, so the size comes back exact.
+    """
+    images = np.repeat(np.repeat(np.asarray(images), 2, axis=1), 2, axis=2)
+    if images.shape[-1] == 1:
+        return np.repeat(images, 3, axis=-1)
+    if images.shape[-1] == 3:
+        return np.concatenate([images, np.full_like(images[..., :1], 255)], axis=-1)
+    return images
+
+
 def _same_config(a, b):
     """Configs equal once JSON has made tuples and lists alike, as a `.keras` file does."""
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
@@ -69,6 +85,8 @@ def run_classifier_test(
       `evaluate` reports the accuracy.
     - A `.keras` round trip needs no custom objects and gives the same class,
       config, outputs and compile state, and the loaded model trains further.
+    - The loaded model answers images of twice the size in the other colour
+      as the images themselves: its image converter is inside.
     - A frozen backbone (the baseline's first layer) stays frozen through a
       `.keras` file, further training and, with `preset`, a preset.
     - With `mixed_precision`, each mixed policy builds a model whose scores
@@ -117,6 +135,12 @@ def run_classifier_test(
     assert _same_config(loaded.get_config(), model.get_config())
     assert loaded.get_compile_config() == model.get_compile_config()
     _assert_same_outputs(loaded(images), model(images), "the loaded model's outputs")
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(_scores(loaded(_other_size_and_colour(images)), scores)),
+        ops.convert_to_numpy(_scores(model(images), scores)),
+        atol=1e-4,
+        err_msg="an image twice the size, in the other colour, is answered otherwise",
+    )
     if getattr(model, "decoder", None) is not None:
         np.testing.assert_array_equal(loaded.reconstruct(images), model.reconstruct(images))
     assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations)

@@ -6,6 +6,7 @@ from keras import ops
 import applications
 from keras_capsules import attacks
 from keras_capsules.datasets import mnist
+from keras_capsules.layers import ImageConverter
 
 
 @pytest.fixture(scope="module")
@@ -16,14 +17,14 @@ def trained():
     model = keras.Sequential(
         [
             keras.Input((28, 28, 1)),
-            keras.layers.Rescaling(1 / 255),
+            ImageConverter(scale=1 / 255),
             keras.layers.Conv2D(16, 3, strides=2, activation="relu"),
             keras.layers.Conv2D(32, 3, strides=2, activation="relu"),
             keras.layers.Flatten(),
             keras.layers.Dense(10, activation="softmax"),
         ]
     )
-    model.rescale = 1 / 255  # pixels in [0, 255], as the applications take them
+    model.image_converter = model.layers[0]  # pixels in [0, 255], as the applications say
     model.compile("adam", "sparse_categorical_crossentropy")
     model.fit(x[:6000, ..., None], y[:6000], batch_size=50, epochs=1, verbose=0)
     return model, x_test[:300, ..., None].astype("float32"), y_test[:300]
@@ -71,7 +72,7 @@ def test_capsule_networks_are_attacked_through_their_own_loss():
     assert margin(adversarial) > margin(x)
 
 
-def test_models_without_rescale_take_pixels_in_the_unit_interval():
+def test_models_without_an_image_converter_take_pixels_in_the_unit_interval():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
     x = np.random.default_rng(1).uniform(size=(5, 4)).astype("float32")
     adversarial = attacks.fgsm(model, x, np.zeros(5, "int32"), 0.1)

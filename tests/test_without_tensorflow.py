@@ -65,7 +65,6 @@ SCRIPT = textwrap.dedent(
     else:
         model = applications.MatrixCapsNet(
             A=4, B=2, C=2, D=2, iterations=2, input_shape=(28, 28, 1), num_classes=10,
-            rescale=1 / 255,
         )
         report["losses"] = model.fit(x, y, batch_size=16, verbose=0).history["loss"]
     report["tensorflow_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)

@@ -1,7 +1,6 @@
 import keras
 
 from applications._capsule_classifier import CapsuleClassifier
-from applications._inputs import PIXELS
 from applications.capsnet.capsnet_backbone import CapsNetBackbone
 from applications.recipe import Recipe
 from keras_capsules._validation import check_positive_ints
@@ -20,13 +19,13 @@ class CapsNet(CapsuleClassifier):
     and PrimaryCaps are `backbone`, a `CapsNetBackbone` (images of at least
     17x17 with the default kernels).
 
-    The model takes images with pixel values in [0, 255], grey or colour, as
-    `keras.utils.image_dataset_from_directory` and
+    The model takes images with pixel values in [0, 255] of any size and
+    colour, as `keras.utils.image_dataset_from_directory` and
     `keras_capsules.datasets.mnist.load_data()` give them (uint8 or float;
-    grey images as `(h, w)` or `(h, w, 1)`), and multiplies them by `rescale`
-    (1 / 255) itself. For images already scaled to [0, 1] pass
-    `rescale=None`. The first NumPy batch of `fit`, `evaluate` or `predict`
-    whose range cannot be the expected one gives a warning.
+    grey images as `(h, w)` or `(h, w, 1)`): its `image_converter` resizes
+    them to `input_shape`, converts grey and colour, and scales them to
+    [0, 1]. The first NumPy batch of `fit`, `evaluate` or `predict` whose
+    range cannot be the expected one gives a warning.
 
     Its outputs are a dict: `"probabilities"` (capsule lengths, one per class)
     and `"poses"` (the class capsules). `predict` returns the probabilities,
@@ -51,8 +50,11 @@ class CapsNet(CapsuleClassifier):
         decoder_units: hidden layer sizes of the decoder, `(512, 1024)`; `None`
             builds no decoder and trains on the margin loss alone.
         reconstruction_weight: scale of the reconstruction loss (0.0005).
-        rescale: the factor the model multiplies its inputs by, `1 / 255` for
-            pixel values in [0, 255]; `None` for inputs already in [0, 1].
+        image_converter: a `keras_capsules.layers.ImageConverter` that brings
+            the images to the network's size and colour and scale, inside the
+            model (its unset `image_size` and `channels` are the network's);
+            by default one that scales pixels in [0, 255] to [0, 1]. For
+            images already in [0, 1], `ImageConverter()`.
         compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
             learning rate (1e-3, decayed by 0.96 every 2,000 steps, as the
             official code), the loss above and accuracy.
@@ -96,7 +98,7 @@ class CapsNet(CapsuleClassifier):
         stop_gradient=False,
         decoder_units=(512, 1024),
         reconstruction_weight=0.0005,
-        rescale=PIXELS,
+        image_converter=None,
         compile=True,
         dtype=None,
         name="capsnet",
@@ -127,7 +129,7 @@ class CapsNet(CapsuleClassifier):
             class_names=class_names,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
-            rescale=rescale,
+            image_converter=image_converter,
             compile=compile,
             dtype=dtype,
             name=name,

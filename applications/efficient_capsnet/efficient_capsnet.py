@@ -1,7 +1,6 @@
 import keras
 
 from applications._capsule_classifier import CapsuleClassifier
-from applications._inputs import PIXELS
 from applications.efficient_capsnet.efficient_capsnet_backbone import EfficientCapsNetBackbone
 from applications.recipe import Recipe
 from keras_capsules._validation import check_positive_ints
@@ -30,7 +29,7 @@ class EfficientCapsNet(CapsuleClassifier):
     of at least 11x11 with the default convolutions).
 
     Inputs, outputs and loss are those of `CapsNet`: images with pixel
-    values in [0, 255] multiplied by `rescale` (1 / 255) in the model,
+    values in [0, 255] of any size and colour, converted in the model,
     `{"probabilities", "poses"}` outputs (`predict` gives the
     probabilities, `predict_poses` the class capsules), and the margin loss
     plus `reconstruction_weight` times the summed squared reconstruction
@@ -47,8 +46,11 @@ class EfficientCapsNet(CapsuleClassifier):
             builds no decoder and trains on the margin loss alone.
         reconstruction_weight: scale of the summed squared reconstruction
             error (0.0005).
-        rescale: the factor the model multiplies its inputs by, `1 / 255` for
-            pixel values in [0, 255]; `None` for inputs already scaled.
+        image_converter: a `keras_capsules.layers.ImageConverter` that brings
+            the images to the network's size and colour and scale, inside the
+            model (its unset `image_size` and `channels` are the network's);
+            by default one that scales pixels in [0, 255] to [0, 1]. For
+            images already in [0, 1], `ImageConverter()`.
         compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
             learning rate (5e-4 as the paper, decayed by 0.97 per epoch as
             the official code: every 3,750 steps, an epoch of MNIST in
@@ -95,7 +97,7 @@ class EfficientCapsNet(CapsuleClassifier):
         capsule_dim=16,
         decoder_units=(512, 1024),
         reconstruction_weight=0.0005,
-        rescale=PIXELS,
+        image_converter=None,
         compile=True,
         dtype=None,
         name="efficient_capsnet",
@@ -115,7 +117,7 @@ class EfficientCapsNet(CapsuleClassifier):
             class_names=class_names,
             decoder_units=decoder_units,
             reconstruction_weight=reconstruction_weight,
-            rescale=rescale,
+            image_converter=image_converter,
             compile=compile,
             dtype=dtype,
             name=name,

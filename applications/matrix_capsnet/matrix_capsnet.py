@@ -2,7 +2,6 @@ import keras
 from keras import ops
 
 from applications._capsule_classifier import CapsuleClassifier
-from applications._inputs import PIXELS
 from applications._losses import batch_mean
 from applications._losses import with_penalties
 from applications.matrix_capsnet.matrix_capsnet_backbone import MatrixCapsNetBackbone
@@ -61,11 +60,11 @@ class MatrixCapsNet(CapsuleClassifier):
             `class_names`, or 10.
         class_names: the classes' names in label order (see `CapsNet`).
         coordinate_addition: add the capsules' positions to the class votes.
-        rescale: the factor the model multiplies its inputs by, `1 / 255`
-            (default) for pixel values in [0, 255]; `None` for inputs
-            already scaled, as smallNORB's pipelines
-            (`keras_capsules.datasets.smallnorb`) standardise every image. A
-            first NumPy batch outside the expected range warns.
+        image_converter: a `keras_capsules.layers.ImageConverter` that brings
+            the images to the network's size and colour and scale, inside the
+            model (its unset `image_size` and `channels` are the network's);
+            by default one that scales pixels in [0, 255] to [0, 1]. For
+            images already in [0, 1], `ImageConverter()`.
         spread_margin: the spread loss's margin: a number in (0, 1] (0.2), or
             a `keras.optimizers.schedules.LearningRateSchedule` of the
             optimizer's step, such as the paper's linear rise from 0.2 to 0.9
@@ -128,7 +127,7 @@ class MatrixCapsNet(CapsuleClassifier):
         num_classes=None,
         class_names=None,
         coordinate_addition=True,
-        rescale=PIXELS,
+        image_converter=None,
         spread_margin=0.2,
         compile=True,
         dtype=None,
@@ -157,7 +156,7 @@ class MatrixCapsNet(CapsuleClassifier):
             class_names=class_names,
             decoder_units=None,
             reconstruction_weight=0.0,
-            rescale=rescale,
+            image_converter=image_converter,
             compile=False,
             dtype=dtype,
             name=name,

@@ -62,7 +62,7 @@ def _check_data_classes(model, module, data, command):
 
 def folder_size_and_colour(model, command):
     """`(image_size, color_mode)` of a folder read for `model`; other channels end the command."""
-    height, width, channels = model.input_shape[1:]
+    height, width, channels = model.image_shape
     if channels not in (1, 3):
         fail(f"--images needs a model of grey or RGB images, not {channels} channels", command)
     return (height, width), "grayscale" if channels == 1 else "rgb"

@@ -23,7 +23,8 @@ def _activations(model):
             count += _activations(layer)
             continue
         for output in keras.tree.flatten(layer.output):
-            count += int(np.prod(output.shape[1:]))
+            if None not in output.shape[1:]:  # the input takes any size: its converter's counts
+                count += int(np.prod(output.shape[1:]))
     return count
 
 

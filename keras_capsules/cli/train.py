@@ -314,12 +314,13 @@ def _build_model(args, steps_per_epoch, spec, em_settings=None):
     """
     import applications
     from keras_capsules.cli._memory import check_fits
+    from keras_capsules.layers import ImageConverter
 
     cls = getattr(applications, MODELS[args.model])
     arguments = {
         "input_shape": spec["input_shape"],
         "class_names": spec["class_names"],
-        "rescale": spec["rescale"],
+        "image_converter": ImageConverter(scale=spec["scale"]),
         "compile": False,
     }
     if args.from_preset is not None:
@@ -382,7 +383,7 @@ def _datasets(args, batch_size, summary=None):
     """`(train_dataset, test, train_count, test_count, spec)`: the data and the model it needs.
 
     `test` is `(x_test, y_test)` or a test dataset; `spec` holds the model's
-    `input_shape`, `class_names` and `rescale`, and the data's `fingerprint`
+    `input_shape`, `class_names` and pixel `scale`, and the data's `fingerprint`
     (`run.json` records it; a resume checks it). A folder that cannot be read,
     or holds no training or test images, ends the command with one line that
     says so. `summary` is `--images`' `FolderSummary`, checked already.
@@ -456,7 +457,7 @@ def _image_datasets(args, batch_size, summary):
     spec = {
         "input_shape": (*summary.image_size, summary.channels),
         "class_names": summary.class_names,
-        "rescale": 1.0 / 255.0,
+        "scale": 1.0 / 255.0,
         "fingerprint": summary.fingerprint,
     }
     return train_ds, test_ds, summary.images - held_out, held_out, spec
@@ -472,7 +473,7 @@ def _read_datasets(args, batch_size):
         _check_not_empty(args, x_train, x_test)
         train_ds = smallnorb.training_pipeline(x_train, y_train, batch_size, seed=args.seed)
         test_ds = smallnorb.test_pipeline(x_test, y_test, batch_size)
-        spec = {"input_shape": (32, 32, 2), "class_names": smallnorb.CLASS_NAMES, "rescale": None}
+        spec = {"input_shape": (32, 32, 2), "class_names": smallnorb.CLASS_NAMES, "scale": None}
         spec["fingerprint"] = _training.builtin_fingerprint(
             args.data, smallnorb, len(x_train), len(x_test)
         )
@@ -489,7 +490,7 @@ def _read_datasets(args, batch_size):
         x_train, y_train, batch_size=batch_size, max_shift=args.max_shift, seed=args.seed
     )
     names = getattr(data, "CLASS_NAMES", tuple(str(digit) for digit in range(10)))
-    spec = {"input_shape": (28, 28, 1), "class_names": tuple(names), "rescale": 1.0 / 255.0}
+    spec = {"input_shape": (28, 28, 1), "class_names": tuple(names), "scale": 1.0 / 255.0}
     spec["fingerprint"] = _training.builtin_fingerprint(args.data, data, len(x_train), len(x_test))
     return train_ds, (x_test[..., None], y_test), len(x_train), len(x_test), spec
 

@@ -259,7 +259,7 @@ def _hypermodel(args):
     if args.model == "capsnet":
         return CapsNetHyperModel(input_shape=(28, 28, 1), num_classes=10, batch_size=100)
     return MatrixCapsNetHyperModel(
-        input_shape=(28, 28, 1), num_classes=10, rescale=1.0 / 255.0, batch_size=32
+        input_shape=(28, 28, 1), num_classes=10, scale=1.0 / 255.0, batch_size=32
     )
 
 

@@ -119,7 +119,7 @@ class ImageConverter(keras.layers.Layer):
         if len(x.shape) == 3:
             x = ops.expand_dims(x, -1)
         x = self._colour(x)
-        if self.image_size is not None:
+        if self.image_size is not None and tuple(x.shape[1:3]) != self.image_size:
             x = ops.image.resize(
                 x,
                 self.image_size,

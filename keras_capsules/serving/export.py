@@ -10,6 +10,7 @@ import numpy as np
 from keras_capsules._atomic import replacing
 from keras_capsules._optional import require
 from keras_capsules._validation import is_int
+from keras_capsules.serving.serving_spec import ServingSpec
 
 SERVING_SIGNATURE = "serving_default"
 OUT_OF_RANGE = (
@@ -52,67 +53,42 @@ def _listdir(path):
     return os.listdir(path) if os.path.isdir(path) else []
 
 
-def _image_shape(model, input_shape):
-    if input_shape is None:
-        inputs = getattr(model, "inputs", None)
-        if not inputs or len(inputs) != 1:
+def serving_spec(model, spec=None):
+    """`spec`, or the `ServingSpec` that `model` declares; a `ValueError` for neither."""
+    if spec is not None:
+        if not isinstance(spec, ServingSpec):
             raise ValueError(
-                "Cannot tell the image shape of this model: pass `input_shape`, "
-                "the shape of one image such as (28, 28, 1)."
+                f"`spec` must be a keras_capsules.serving.ServingSpec. Received: spec={spec!r}"
             )
-        input_shape = tuple(inputs[0].shape[1:])
-    input_shape = tuple(input_shape)
-    if len(input_shape) != 3 or not all(isinstance(d, int) and d > 0 for d in input_shape):
+        return spec
+    declared = getattr(type(model), "serving_spec", None)  # the applications' classifiers
+    if not callable(declared):
         raise ValueError(
-            "`input_shape` must be a fully known (height, width, channels) image shape. "
-            f"Received: input_shape={input_shape}"
+            f"{type(model).__name__} declares no serving spec: say what its images and "
+            "outputs are with spec=keras_capsules.serving.ServingSpec(image_shape=..., "
+            "scores=..., poses=...)."
         )
-    return input_shape
-
-
-def _heads(tf, outputs):
-    """Class probabilities and class capsule poses (or None) from a model's outputs.
-
-    Understands the applications' dicts (`probabilities` and `poses`), the
-    `[poses, activations]` pair of `ClassMatrixCapsule`, a tensor of class
-    capsules `(batch, classes, dim)` (probabilities are their lengths) and a
-    tensor of probabilities `(batch, classes)`.
-    """
-    if isinstance(outputs, dict):
-        probabilities = outputs.get("probabilities")
-        if probabilities is None:
-            raise ValueError(
-                "A model with dict outputs must name its class probabilities "
-                f"'probabilities'. Received keys: {sorted(outputs)}"
-            )
-        return probabilities, outputs.get("poses")
-    if isinstance(outputs, (list, tuple)):
-        if len(outputs) == 2:
-            poses, activations = outputs
-            if activations.shape.rank == 2 and poses.shape.rank >= 3:
-                return activations, poses
-        raise ValueError(
-            "A model with several outputs must return [poses, activations] as "
-            f"ClassMatrixCapsule does. Received {len(outputs)} outputs."
-        )
-    if outputs.shape.rank == 3:
-        capsules = tf.cast(outputs, tf.float32)
-        return tf.sqrt(tf.reduce_sum(tf.square(capsules), axis=-1) + 1e-7), capsules
-    if outputs.shape.rank == 2:
-        return outputs, None
-    raise ValueError(
-        "The model must output class capsules (batch, classes, dim) or class "
-        f"probabilities (batch, classes). Received an output of shape {outputs.shape}."
-    )
+    return model.serving_spec()
 
 
 OUTPUT_KINDS = ("probabilities", "logits")
 
 
-def _probe_images(model, shape):
+def _probe_images(spec, shape):
     """float32 random pixels of `shape` over the model's input range, the same every call."""
-    low, high = _pixel_range(model) or (0.0, 255.0)
+    low, high = spec.pixel_range or (0.0, 255.0)
     return np.random.default_rng(0).uniform(low, high, shape).astype("float32")
+
+
+def probe_shapes(spec, count):
+    """The shapes of the probe batches: the network's images and, for a model that takes
+    any image, a larger one in colour (with alpha for a grey or colour network)."""
+    shapes = [(count,) + spec.image_shape]
+    if spec.any_image:
+        height, width, channels = spec.image_shape
+        other = 4 if channels in (1, 3) else channels
+        shapes.append((count, height + 7, width + 3, other))
+    return shapes
 
 
 def _load(tf, path):
@@ -120,41 +96,37 @@ def _load(tf, path):
     return tf.saved_model.load(path)
 
 
-def _verify_saved_model(tf, model, path, predict, image_shape, probes=4):
+def _verify_saved_model(tf, spec, path, predict, probes=4):
     """Load the written SavedModel and compare its answers with the model's; refuse a mismatch."""
-    images = tf.constant(_probe_images(model, (probes,) + image_shape))
-    expected = predict(images)["probabilities"].numpy()
     try:
-        answered = _load(tf, path).signatures[SERVING_SIGNATURE](images=images)
-    except Exception as error:  # TensorFlow's own error: the folder does not load or run
+        signature = _load(tf, path).signatures[SERVING_SIGNATURE]
+    except Exception as error:  # TensorFlow's own error: the folder does not load
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(
-            f"The exported SavedModel does not load and run, so it was not written: {first}"
+            f"The exported SavedModel does not load, so it was not written: {first}"
         ) from error
-    probabilities = answered["probabilities"].numpy()
-    if probabilities.shape != expected.shape or not np.allclose(
-        probabilities, expected, atol=1e-5, rtol=0
-    ):
-        raise ValueError(
-            "The exported SavedModel answers other probabilities than the Keras model on "
-            f"{probes} probe images, so it was not written."
-        )
+    for shape in probe_shapes(spec, probes):
+        images = tf.constant(_probe_images(spec, shape))
+        expected = predict(images)["probabilities"].numpy()
+        try:
+            answered = signature(images=images)
+        except Exception as error:  # TensorFlow's own error: the graph does not run
+            first = str(error).strip().splitlines()[0] if str(error).strip() else "error"
+            raise ValueError(
+                f"The exported SavedModel does not run on images {shape[1:]}, so it was not "
+                f"written: {first}"
+            ) from error
+        probabilities = answered["probabilities"].numpy()
+        if probabilities.shape != expected.shape or not np.allclose(
+            probabilities, expected, atol=1e-5, rtol=0
+        ):
+            raise ValueError(
+                "The exported SavedModel answers other probabilities than the Keras model on "
+                f"{probes} probe images {shape[1:]}, so it was not written."
+            )
 
 
-def _pixel_range(model):
-    """`(low, high)` of the pixel values `model` expects, or `None` when it does not say.
-
-    The applications declare it with `rescale`: `1 / 255` for [0, 255], `None`
-    for images already in [0, 1].
-    """
-    if not hasattr(model, "rescale"):
-        return None
-    if model.rescale is None:
-        return (0.0, 1.0)
-    return (0.0, 1.0 / float(model.rescale))
-
-
-def _check_probabilities(tf, model, image_shape):
+def _check_probabilities(tf, model, spec):
     """Refuse a model whose class scores leave [0, 1] on probe images.
 
     The probes are black images and uniform noise in [0, 1] and [0, 255], the
@@ -162,13 +134,14 @@ def _check_probabilities(tf, model, image_shape):
     [0, 1], a linear layer (logits) almost always does.
     """
     rng = np.random.default_rng(0)
+    shape = (2,) + spec.image_shape
     probes = [
-        tf.zeros((2,) + image_shape),
-        tf.constant(rng.uniform(0, 1, (2,) + image_shape), tf.float32),
-        tf.constant(rng.uniform(0, 255, (2,) + image_shape), tf.float32),
+        tf.zeros(shape),
+        tf.constant(rng.uniform(0, 1, shape), tf.float32),
+        tf.constant(rng.uniform(0, 255, shape), tf.float32),
     ]
     for images in probes:
-        scores, _ = _heads(tf, model(images, training=False))
+        scores, _ = spec.heads(model(images, training=False))
         scores = tf.cast(scores, tf.float32).numpy()
         finite = scores[np.isfinite(scores)]
         if finite.size and (finite.min() < -1e-6 or finite.max() > 1 + 1e-6):
@@ -181,16 +154,19 @@ def _check_probabilities(tf, model, image_shape):
 
 
 def export_saved_model(
-    model, output_dir, version=None, input_shape=None, verbose=True, output_kind="probabilities"
+    model, output_dir, version=None, spec=None, verbose=True, output_kind="probabilities"
 ):
     """Export a capsule network as a SavedModel that TF Serving and KServe load.
 
     The SavedModel is written to `output_dir/<version>/`, the versioned layout
     of TF Serving. Its signatures take a float32 image batch `images` of shape
     `(batch, height, width, channels)`, pixel values as the model was trained
-    on (`[0, 255]` for the applications), and check it in the graph: a wrong
-    rank or size fails with a message naming the expected shape, and NaN or
-    infinite pixels are refused.
+    on (`[0, 255]` for the applications), and check it in the graph: NaN or
+    infinite pixels are refused, and so is a wrong rank or size, with a
+    message naming the expected shape. A model that converts images itself
+    (`spec.any_image`, as every classifier of `applications`, whose image
+    converter is inside) takes any height and width, grey, RGB or RGBA, and
+    answers as if the images had been converted first.
 
     - `serving_default` returns `probabilities` (float32, `(batch, classes)`:
       capsule lengths or activations), `classes` (int64, the predicted class),
@@ -199,7 +175,7 @@ def export_saved_model(
       them.
       Outputs that are not finite (pixels far outside the range the model
       was trained on) fail in the graph, as bad pixels do.
-    - `reconstruct` (models with a `decoder`, such as `CapsNetMNIST`) returns
+    - `reconstruct` (models with a decoder, such as `CapsNetMNIST`) returns
       `reconstructions` in [0, 1] from the longest capsule and its `classes`.
     - `reconstruct_capsule` takes `images` and `capsules` (int64, one class
       index per image) and reconstructs each image from the capsule named.
@@ -214,7 +190,10 @@ def export_saved_model(
         output_dir: the model's base directory; versions are folders below it.
         version: positive integer version; by default one above the highest
             version already in `output_dir` (1 for a new directory).
-        input_shape: shape of one image; read from the model when `None`.
+        spec: a `ServingSpec`, what the export reads of the model (its
+            images, classes and outputs); by default the one the model
+            declares (`model.serving_spec()`, as the applications do). A
+            functional model needs one.
         verbose: print what was written.
         output_kind: what the model's class scores are: `"probabilities"`
             (default; capsule lengths, activations or a softmax, checked to lie
@@ -237,15 +216,15 @@ def export_saved_model(
     """
     tf = _tensorflow()
     version, path = _version_path(output_dir, version, output_kind)
-    image_shape = _image_shape(model, input_shape)
+    spec = serving_spec(model, spec)
     if output_kind == "probabilities":
-        _check_probabilities(tf, model, image_shape)
-    predict = _predict_function(tf, model, image_shape, output_kind)
-    archive = _serving_archive(tf, model, image_shape, predict)
+        _check_probabilities(tf, model, spec)
+    predict = _predict_function(tf, model, spec, output_kind)
+    archive = _serving_archive(tf, model, spec, predict)
     # Written beside and renamed into place: TF Serving never sees half a version.
     with _new_folders(output_dir), replacing(path) as temporary:
         _write_out(tf, archive, temporary)
-        _verify_saved_model(tf, model, temporary, predict, image_shape)
+        _verify_saved_model(tf, spec, temporary, predict)
     if verbose:
         print(f"SavedModel version {version} written to {path} (loaded and checked)")
     return path
@@ -326,25 +305,41 @@ def _version_path(output_dir, version, output_kind):
     return version, path
 
 
-def _image_check(tf, image_shape):
+def input_channels(spec):
+    """The channels an image may have: grey, RGB or RGBA where the model converts colour."""
+    channels = spec.image_shape[-1]
+    return (1, 3, 4) if spec.any_image and channels in (1, 3) else (channels,)
+
+
+def _image_check(tf, spec):
     """A graph function passing `images` on, failing on a wrong shape or non-finite pixels."""
-    expected = "(batch, " + ", ".join(str(d) for d in image_shape) + ")"
+    image_shape = spec.image_shape
+    channels = input_channels(spec)
+    if spec.any_image:
+        expected = "(batch, height, width, channels) with " + " or ".join(map(str, channels))
+        expected += " channels"
+        static = (None, None, None, None if len(channels) > 1 else channels[0])
+    else:
+        expected = "shape (batch, " + ", ".join(str(d) for d in image_shape) + ")"
+        static = (None,) + image_shape
+
+    def size_ok(shape):
+        if spec.any_image:
+            sides = tf.reduce_all(shape[1:3] > 0)
+            return sides & tf.reduce_any(tf.equal(shape[3], channels))
+        return tf.reduce_all(tf.equal(shape[1:], image_shape))
 
     def checked(images):
         shape = tf.shape(images)
         rank_ok = tf.equal(tf.size(shape), len(image_shape) + 1)
-        size_ok = tf.cond(
-            rank_ok,
-            lambda: tf.reduce_all(tf.equal(shape[1:], image_shape)),
-            lambda: tf.constant(False),
-        )
+        fits = tf.cond(rank_ok, lambda: size_ok(shape), lambda: tf.constant(False))
         shape_check = tf.debugging.Assert(
-            rank_ok & size_ok,
-            [f"`images` must be a float32 batch of shape {expected}; received shape", shape],
+            rank_ok & fits,
+            [f"`images` must be a float32 batch {expected}; received shape", shape],
             summarize=8,
         )
         with tf.control_dependencies([shape_check]):
-            images = tf.ensure_shape(tf.identity(images), (None,) + image_shape)
+            images = tf.ensure_shape(tf.identity(images), static)
         return tf.debugging.assert_all_finite(images, "`images` contains NaN or infinite pixels")
 
     return checked
@@ -355,14 +350,13 @@ def _finite(tf, tensor):
     return tf.debugging.assert_all_finite(tf.cast(tensor, tf.float32), OUT_OF_RANGE)
 
 
-def _predict_function(tf, model, image_shape, output_kind):
+def _predict_function(tf, model, spec, output_kind):
     """The `serving_default` function: `probabilities`, `classes` and `poses` of `images`."""
-    checked = _image_check(tf, image_shape)
-    class_names = getattr(model, "class_names", None)
-    names = None if class_names is None else tf.constant(list(class_names))
+    checked = _image_check(tf, spec)
+    names = None if spec.class_names is None else tf.constant(list(spec.class_names))
 
     def predict(images):
-        probabilities, poses = _heads(tf, model(checked(images), training=False))
+        probabilities, poses = spec.heads(model(checked(images), training=False))
         if output_kind == "logits":
             probabilities = tf.nn.softmax(tf.cast(probabilities, tf.float32), axis=-1)
         probabilities = _finite(tf, probabilities)
@@ -381,7 +375,7 @@ def _predict_function(tf, model, image_shape, output_kind):
     return predict
 
 
-def _serving_archive(tf, model, image_shape, predict):
+def _serving_archive(tf, model, spec, predict):
     """The `ExportArchive` of `model` with its serving signatures and shape records."""
     image_spec = tf.TensorSpec(shape=None, dtype=tf.float32, name="images")
     archive = keras.export.ExportArchive()
@@ -389,31 +383,34 @@ def _serving_archive(tf, model, image_shape, predict):
     # Recorded for servers: the signatures accept any rank so that they can
     # answer a wrong one with a message, which leaves the shape unstated.
     archive.add_variable_collection(
-        "image_shape", [tf.Variable(image_shape, dtype=tf.int64, trainable=False)]
+        "image_shape", [tf.Variable(spec.image_shape, dtype=tf.int64, trainable=False)]
     )
-    pixel_range = _pixel_range(model)
-    if pixel_range is not None:  # the server refuses pixels outside it
+    archive.add_variable_collection(
+        "input_channels", [tf.Variable(input_channels(spec), dtype=tf.int64, trainable=False)]
+    )
+    archive.add_variable_collection(
+        "any_image", [tf.Variable(spec.any_image, dtype=tf.bool, trainable=False)]
+    )
+    if spec.pixel_range is not None:  # the server refuses pixels outside it
         archive.add_variable_collection(
-            "pixel_range", [tf.Variable(pixel_range, dtype=tf.float32, trainable=False)]
+            "pixel_range", [tf.Variable(spec.pixel_range, dtype=tf.float32, trainable=False)]
         )
-    class_names = getattr(model, "class_names", None)
-    if class_names:  # the server's metadata names the classes
+    if spec.class_names:  # the server's metadata names the classes
         archive.add_variable_collection(
-            "class_names", [tf.Variable(list(class_names), dtype=tf.string, trainable=False)]
+            "class_names",
+            [tf.Variable(list(spec.class_names), dtype=tf.string, trainable=False)],
         )
     archive.add_endpoint(
         SERVING_SIGNATURE, tf.function(predict, input_signature=[image_spec], autograph=False)
     )
-    decoder = getattr(model, "decoder", None)
-    mask = getattr(model, "mask", None)
-    if decoder is not None and mask is not None:
-        _add_reconstruction_endpoints(tf, archive, model, decoder, mask, predict, image_spec)
+    if spec.decoder is not None:
+        _add_reconstruction_endpoints(tf, archive, spec, predict, image_spec)
     return archive
 
 
-def _add_reconstruction_endpoints(tf, archive, model, decoder, mask, predict, image_spec):
+def _add_reconstruction_endpoints(tf, archive, spec, predict, image_spec):
     """Add `reconstruct` and `reconstruct_capsule` to `archive`, for models with a decoder."""
-    num_classes = model.num_classes
+    decoder, mask = spec.decoder, spec.mask
 
     def reconstruct(images):
         outputs = predict(images)
@@ -423,14 +420,21 @@ def _add_reconstruction_endpoints(tf, archive, model, decoder, mask, predict, im
         }
 
     def reconstruct_capsule(images, capsules):
-        in_range = tf.reduce_all((capsules >= 0) & (capsules < num_classes))
-        tf.debugging.Assert(in_range, [f"`capsules` must be class indices in [0, {num_classes})"])
-        tf.debugging.assert_equal(
-            tf.shape(capsules)[0],
-            tf.shape(images)[0],
-            message="`capsules` needs one class index per image",
-        )
         poses = predict(images)["poses"]
+        num_classes = poses.shape[1]  # known when traced
+        in_range = tf.reduce_all((capsules >= 0) & (capsules < num_classes))
+        checks = [
+            tf.debugging.Assert(
+                in_range, [f"`capsules` must be class indices in [0, {num_classes})"]
+            ),
+            tf.debugging.assert_equal(
+                tf.shape(capsules)[0],
+                tf.shape(images)[0],
+                message="`capsules` needs one class index per image",
+            ),
+        ]
+        with tf.control_dependencies(checks):
+            poses = tf.identity(poses)
         return {"reconstructions": _finite(tf, decoder(mask(poses, labels=capsules)))}
 
     archive.add_endpoint(

@@ -2,8 +2,9 @@
 
 Both files hold the SavedModel's `serving_default` contract (see
 `export_saved_model`): one float32 input `images`, `(batch, height, width,
-channels)` with a dynamic batch, and the outputs `probabilities`, `classes`
-(int64) and, when the model has them, `poses`. ONNX Runtime runs the `.onnx`
+channels)` with a dynamic batch (and any height, width and colour for a
+model that converts images itself), and the outputs `probabilities`,
+`classes` (int64) and, when the model has them, `poses`. ONNX Runtime runs the `.onnx`
 file, LiteRT's interpreter (`ai-edge-litert`) the `.tflite` file.
 """
 
@@ -21,27 +22,27 @@ from keras_capsules._optional import require
 from keras_capsules.serving.export import OUTPUT_KINDS
 from keras_capsules.serving.export import SERVING_SIGNATURE
 from keras_capsules.serving.export import _check_probabilities
-from keras_capsules.serving.export import _heads
-from keras_capsules.serving.export import _image_shape
 from keras_capsules.serving.export import _probe_images
 from keras_capsules.serving.export import _write_out
+from keras_capsules.serving.export import input_channels
+from keras_capsules.serving.export import probe_shapes
+from keras_capsules.serving.export import serving_spec
 
 SUFFIXES = {"onnx": ".onnx", "litert": ".tflite"}
 
 
-def export_onnx(
-    model, path, input_shape=None, output_kind="probabilities", opset=None, verbose=True
-):
+def export_onnx(model, path, spec=None, output_kind="probabilities", opset=None, verbose=True):
     """Export a capsule network as an ONNX file that ONNX Runtime serves.
 
     The graph is the model's inference pass (routing without its training
     gradient) followed by the serving contract of `export_saved_model`'s
     `serving_default`: input `images`, float32 `(batch, height, width,
-    channels)`, pixel values as the model was trained on; outputs
+    channels)`, pixel values as the model was trained on (any height, width
+    and colour for a model that converts images itself); outputs
     `probabilities`, `classes` (int64) and `poses` (when the model has class
     capsules). Unlike the SavedModel, the graph holds no checks of its own:
-    ONNX Runtime refuses a batch of the wrong rank or image size itself, and
-    NaN pixels give NaN outputs.
+    ONNX Runtime refuses a batch of the wrong rank (or, for a model that
+    takes one size only, size) itself, and NaN pixels give NaN outputs.
 
     Needs the TensorFlow backend and the `onnx` extra (`pip install
     "keras-capsules[onnx]"`: tf2onnx converts the TensorFlow graph).
@@ -51,7 +52,8 @@ def export_onnx(
             `export_saved_model`.
         path: the file to write, ending in `.onnx`; an existing file is
             replaced (in one step: a reader never sees half a file).
-        input_shape: shape of one image; read from the model when `None`.
+        spec: a `ServingSpec`, as for `export_saved_model`; by default the
+            model's own.
         output_kind: `"probabilities"` (default, checked on probe images) or
             `"logits"` (exported as their softmax), as for `export_saved_model`.
         opset: the ONNX opset to target; tf2onnx's default when `None`.
@@ -73,7 +75,7 @@ def export_onnx(
     _check_arguments(path, "onnx", output_kind)
     onnx = require("onnx", "serving.export_onnx")
     convert = require("tf2onnx.convert", "serving.export_onnx")
-    tf, function = _prediction_function(model, "onnx", input_shape, output_kind)
+    tf, spec, function = _prediction_function(model, "onnx", spec, output_kind)
     # Traced without the routings' training gradients: nothing differentiates the file.
     with inference_only(), _without_einsum_search():
         proto, _ = convert.from_function(
@@ -93,13 +95,13 @@ def export_onnx(
     with replacing(path) as temporary:
         with open(temporary, "wb") as f:
             f.write(proto.SerializeToString())
-        _verify(model, function, temporary, "onnx", _run_onnx)
+        _verify(model, spec, function, temporary, "onnx", _run_onnx)
     if verbose:
         print(f"ONNX model written to {path} (checked with ONNX Runtime)")
     return path
 
 
-def export_litert(model, path, input_shape=None, output_kind="probabilities", verbose=True):
+def export_litert(model, path, spec=None, output_kind="probabilities", verbose=True):
     """Export a capsule network as a LiteRT (TensorFlow Lite) file.
 
     The file has one signature, `serving_default`, with the contract of
@@ -116,7 +118,8 @@ def export_litert(model, path, input_shape=None, output_kind="probabilities", ve
             `export_saved_model`.
         path: the file to write, ending in `.tflite`; an existing file is
             replaced (in one step).
-        input_shape: shape of one image; read from the model when `None`.
+        spec: a `ServingSpec`, as for `export_saved_model`; by default the
+            model's own.
         output_kind: `"probabilities"` or `"logits"`, as for `export_saved_model`.
         verbose: print what was written.
 
@@ -130,7 +133,7 @@ def export_litert(model, path, input_shape=None, output_kind="probabilities", ve
     'capsnet.tflite'
     """
     _check_arguments(path, "litert", output_kind)
-    tf, function = _prediction_function(model, "litert", input_shape, output_kind)
+    tf, spec, function = _prediction_function(model, "litert", spec, output_kind)
     archive = keras.export.ExportArchive()
     archive.track(model)
     with inference_only():  # traced without the routings' training gradients
@@ -170,7 +173,7 @@ def export_litert(model, path, input_shape=None, output_kind="probabilities", ve
     with replacing(path) as temporary:
         with open(temporary, "wb") as f:
             f.write(flatbuffer)
-        _verify(model, function, temporary, "litert", _run_litert)
+        _verify(model, spec, function, temporary, "litert", _run_litert)
     if verbose:
         print(f"LiteRT model written to {path} (checked with LiteRT's interpreter)")
     return path
@@ -202,18 +205,23 @@ def _run_litert(path, images):
     return runner(images=images)
 
 
-def _verify(model, function, path, format, run):
+def _verify(model, spec, function, path, format, run):
     """Run the written file on probe images beside the traced function; refuse a mismatch.
 
-    The probes are random pixels over the model's input range (`[0, 255]`, or
-    `[0, 1]` for `rescale=None`); the file's probabilities must match
+    The probes are random pixels over the model's input range (`[0, 255]`,
+    or as its spec declares), of the network's size and, for a model that
+    takes any image, of another size and colour; the file's probabilities must match
     Keras's within `VERIFY_TOLERANCE` (ten times that for a model computing
     in float16 or bfloat16), or within three times how far the model's own
     probabilities move when the probes move by one part in a million, where
     that is larger (at most `SENSITIVE_TOLERANCE`).
     """
-    shape = (PROBE_IMAGES,) + tuple(function.input_signature[0].shape[1:])
-    images = _probe_images(model, shape)
+    for shape in probe_shapes(spec, PROBE_IMAGES):
+        _verify_on(model, function, path, format, run, _probe_images(spec, shape))
+
+
+def _verify_on(model, function, path, format, run, images):
+    """`_verify` on the probe `images`."""
     expected = np.asarray(function(images)["probabilities"], dtype="float32")
     names = {"onnx": "ONNX Runtime", "litert": "LiteRT's interpreter"}
     try:
@@ -239,7 +247,8 @@ def _verify(model, function, path, format, run):
         return
     raise ValueError(
         f"The exported {format} file answers other probabilities than the Keras model on "
-        f"{PROBE_IMAGES} probe images ({apart}, beyond {tolerance:g}), so it was not written."
+        f"{len(images)} probe images {images.shape[1:]} ({apart}, beyond {tolerance:g}), so "
+        "it was not written."
     )
 
 
@@ -281,15 +290,15 @@ def _check_arguments(path, format, output_kind):
         )
 
 
-def _prediction_function(model, format, input_shape, output_kind):
-    """TensorFlow and the `serving_default` function of `model`, not traced yet."""
+def _prediction_function(model, format, spec, output_kind):
+    """TensorFlow, the spec and the `serving_default` function of `model`, not traced yet."""
     tf = require("tensorflow", f"serving.export_{format}")
-    image_shape = _image_shape(model, input_shape)
+    spec = serving_spec(model, spec)
     if output_kind == "probabilities":
-        _check_probabilities(tf, model, image_shape)
+        _check_probabilities(tf, model, spec)
 
     def predict(images):
-        probabilities, poses = _heads(tf, model(images, training=False))
+        probabilities, poses = spec.heads(model(images, training=False))
         probabilities = tf.cast(probabilities, tf.float32)
         if output_kind == "logits":
             probabilities = tf.nn.softmax(probabilities, axis=-1)
@@ -298,8 +307,13 @@ def _prediction_function(model, format, input_shape, output_kind):
             result["poses"] = tf.cast(poses, tf.float32)
         return result
 
-    spec = tf.TensorSpec((None,) + image_shape, tf.float32, name="images")
-    return tf, tf.function(predict, input_signature=[spec], autograph=False)
+    if spec.any_image:
+        channels = input_channels(spec)
+        shape = (None, None, None, channels[0] if len(channels) == 1 else None)
+    else:
+        shape = (None,) + spec.image_shape
+    images = tf.TensorSpec(shape, tf.float32, name="images")
+    return tf, spec, tf.function(predict, input_signature=[images], autograph=False)
 
 
 def _without_einsum_search():

@@ -23,6 +23,9 @@ _DT_NAMES = {tf.float32: "DT_FLOAT", tf.int64: "DT_INT64", tf.int32: "DT_INT32"}
 RANGE_TOLERANCE = 0.01
 """Pixels may leave the model's declared range by this fraction of it (rounding, resizing)."""
 
+MAX_IMAGE_PIXELS = 4096 * 4096
+"""The largest image, in pixels, a model that takes any size is given (checked before decoding)."""
+
 
 class SavedModelPredictor(kserve.Model):
     """Serve a SavedModel written by `export_saved_model` with KServe.
@@ -32,9 +35,12 @@ class SavedModelPredictor(kserve.Model):
     `{"predictions": [...]}`, or `{"inputs": ...}` (columnar format) answered
     with `{"outputs": ...}`, and an optional `"signature_name"`. An image is a
     nested list `(height, width, channels)` (or `(height, width)` for one
-    channel) of pixel values, or `{"b64": "<base64 PNG>"}`. Every request is
-    checked before it reaches the model: malformed structure, wrong shapes or
-    dtypes, NaN or infinite pixels, pixels outside the range the model
+    channel) of pixel values, or `{"b64": "<base64 PNG>"}`. A model that
+    converts images itself (every classifier of `applications`) takes any
+    height and width up to `MAX_IMAGE_PIXELS` pixels, grey, RGB or RGBA, and
+    one request may mix sizes; others take their own shape only. Every
+    request is checked before it reaches the model: malformed structure,
+    wrong shapes or dtypes, NaN or infinite pixels, pixels outside the range the model
     declares (by more than 1% of it; `check_range=False` accepts any finite
     value) and batches over `max_batch_size` raise
     `kserve.errors.InvalidInput`, which the server turns into a 400 answer
@@ -46,7 +52,7 @@ class SavedModelPredictor(kserve.Model):
             version is served).
         max_batch_size: the most images one request may carry.
         check_range: refuse pixels outside the range the SavedModel records
-            (`[0, 255]` for the applications' default `rescale`; a PNG's 8-bit
+            (`[0, 255]` for the applications' default image converter; a PNG's 8-bit
             pixels are mapped onto it); models exported without one are not
             checked.
 
@@ -66,6 +72,8 @@ class SavedModelPredictor(kserve.Model):
         self.max_batch_size = max_batch_size
         self.version = None
         self.image_shape = None
+        self.any_image = False
+        self.input_channels = None
         self.pixel_range = None
         self.class_names = None
         self.check_range = bool(check_range)
@@ -84,6 +92,12 @@ class SavedModelPredictor(kserve.Model):
                 "with `keras-capsules export` or `keras_capsules.serving.export_saved_model`."
             )
         self.image_shape = tuple(int(d) for d in shape_variables[0].numpy())
+        any_image = getattr(loaded, "any_image", None)
+        self.any_image = bool(any_image[0].numpy()) if any_image else False
+        channels = getattr(loaded, "input_channels", None)
+        self.input_channels = (
+            tuple(int(c) for c in channels[0].numpy()) if channels else self.image_shape[-1:]
+        )
         names = getattr(loaded, "class_names", None)
         if names:
             self.class_names = [name.decode("utf-8") for name in names[0].numpy()]
@@ -97,9 +111,26 @@ class SavedModelPredictor(kserve.Model):
 
     # Requests ---------------------------------------------------------------
 
+    def _expected(self):
+        """The images this model takes, in words."""
+        if not self.any_image:
+            return f"an image of shape {self.image_shape}"
+        channels = " or ".join(map(str, self.input_channels))
+        return f"an image (height, width, channels) with {channels} channels"
+
+    def _shape_fits(self, shape):
+        """Whether one image of `shape` (with its channel axis) is one this model takes."""
+        if not self.any_image:
+            return shape == self.image_shape
+        return (
+            len(shape) == 3
+            and min(shape[:2]) > 0
+            and shape[0] * shape[1] <= MAX_IMAGE_PIXELS
+            and shape[2] in self.input_channels
+        )
+
     def _image(self, value, where):
-        """One image as a float32 array of `image_shape`, or InvalidInput."""
-        expected = self.image_shape
+        """One image as a float32 array `(height, width, channels)` the model takes."""
         if isinstance(value, dict):
             if set(value) != {"b64"} or not isinstance(value["b64"], str):
                 raise InvalidInput(f'{where}: an encoded image must be {{"b64": "<base64 PNG>"}}')
@@ -109,17 +140,19 @@ class SavedModelPredictor(kserve.Model):
             cells = np.asarray(value, dtype=object)
         except ValueError:
             cells = None
-        shapes = (expected, expected[:2]) if expected[2] == 1 else (expected,)
-        if cells is None or cells.shape not in shapes:
+        shape = None if cells is None else cells.shape
+        if shape is not None and len(shape) == 2 and 1 in self.input_channels:
+            shape = (*shape, 1)  # grey as (height, width)
+        if shape is None or not self._shape_fits(shape):
             received = "ragged" if cells is None else f"shape {cells.shape}"
-            raise InvalidInput(
-                f"{where}: expected an image of shape {expected}, received {received}"
-            )
+            limit = f" of at most {MAX_IMAGE_PIXELS} pixels" if self.any_image else ""
+            raise InvalidInput(f"{where}: expected {self._expected()}{limit}, received {received}")
         if not all(type(v) in (int, float) for v in cells.flat):
             raise InvalidInput(
-                f"{where}: an image must be a nested list of numbers of shape {expected} "
+                f"{where}: an image must be a nested list of numbers, {self._expected()} "
                 "(strings, booleans and nulls are not pixels)"
             )
+        expected = shape
         try:
             with np.errstate(over="ignore"):  # floats beyond float32 become inf
                 image = cells.astype(np.float32).reshape(expected)
@@ -145,13 +178,15 @@ class SavedModelPredictor(kserve.Model):
             )
 
     def _decode_png(self, data, where):
-        """A PNG as a float32 image of `image_shape`, or InvalidInput.
+        """A PNG as a float32 image the model takes, or InvalidInput.
 
         The size is read from the PNG's header and checked before anything is
         decoded, so a small file that claims a huge image costs nothing.
         Transparent pixels are composited on black (MNIST's background), for
-        grey + alpha and RGBA alike; grey images are repeated over RGB channels
-        and colour images converted to grey as the model needs.
+        grey + alpha and RGBA alike. For a model that converts images itself
+        the image goes on at its own size and colour; for another, grey images
+        are repeated over RGB channels and colour images converted to grey as
+        it needs.
         """
         height, width, channels = self.image_shape
         not_png = f"{where}: b64 does not hold a base64-encoded PNG image"
@@ -162,7 +197,12 @@ class SavedModelPredictor(kserve.Model):
         if len(raw) < 26 or raw[:8] != _PNG_SIGNATURE or raw[12:16] != b"IHDR":
             raise InvalidInput(not_png)
         size = (int.from_bytes(raw[20:24], "big"), int.from_bytes(raw[16:20], "big"))
-        if size != (height, width):
+        if self.any_image and not 0 < size[0] * size[1] <= MAX_IMAGE_PIXELS:
+            raise InvalidInput(
+                f"{where}: the PNG is {size[0]}x{size[1]}; this server takes images of at "
+                f"most {MAX_IMAGE_PIXELS} pixels"
+            )
+        if not self.any_image and size != (height, width):
             raise InvalidInput(
                 f"{where}: expected a {height}x{width} image, received {size[0]}x{size[1]}"
             )
@@ -172,7 +212,9 @@ class SavedModelPredictor(kserve.Model):
             raise InvalidInput(not_png) from None
         if image.shape[2] in (2, 4):  # composite on black: colour * alpha
             image = image[..., :-1] * (image[..., -1:] / 255.0)
-        if image.shape[2] != channels:
+        if self.any_image and image.shape[2] in self.input_channels:
+            pass  # the model converts the colour itself
+        elif image.shape[2] != channels:
             if channels == 1:  # RGB to grey, ITU-R 601 as tf.image.rgb_to_grayscale
                 image = image @ np.array([[0.2989], [0.587], [0.114]], np.float32)
             elif channels == 3:
@@ -202,7 +244,10 @@ class SavedModelPredictor(kserve.Model):
     def _column(self, name, values, where):
         """Convert one named input for the whole batch."""
         if name == "images":
-            return np.stack([self._image(v, f"{where}[{i}]") for i, v in enumerate(values)])
+            images = [self._image(v, f"{where}[{i}]") for i, v in enumerate(values)]
+            if len({image.shape for image in images}) > 1:
+                return images  # of several sizes: the model answers them one by one
+            return np.stack(images)
         try:
             column = np.asarray(values)
         except ValueError:
@@ -252,6 +297,13 @@ class SavedModelPredictor(kserve.Model):
         return {n: self._column(n, v, where) for n, v in columns.items()}, rows
 
     def _run(self, signature, inputs):
+        images = inputs.get("images")
+        if isinstance(images, list):  # images of several sizes, answered one by one
+            answers = [
+                self._run(signature, {n: np.stack(v[i : i + 1]) for n, v in inputs.items()})
+                for i in range(len(images))
+            ]
+            return {k: np.concatenate([a[k] for a in answers]) for k in answers[0]}
         tensors = {n: tf.constant(v) for n, v in inputs.items()}
         try:
             outputs = signature(**tensors)
@@ -331,6 +383,7 @@ class SavedModelPredictor(kserve.Model):
             "metadata": {
                 "signature_def": {"signature_def": signatures},
                 "image_shape": list(self.image_shape),
+                "any_image": self.any_image,
                 "class_names": self.class_names,
             },
         }

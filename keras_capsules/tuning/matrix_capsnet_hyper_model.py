@@ -6,6 +6,7 @@ from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_number
+from keras_capsules.layers import ImageConverter
 from keras_capsules.tuning._base import CapsuleHyperModel
 
 
@@ -50,9 +51,9 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         input_shape: shape of one input, `(32, 32, 2)` (smallNORB crops);
             `(28, 28, 1)` for MNIST. At least 17 x 17.
         num_classes: number of classes (5), at least 2.
-        rescale: factor the model multiplies its inputs by first: `1 / 255`
-            for uint8 images such as MNIST; `None` (default) for smallNORB,
-            which `keras_capsules.datasets.smallnorb` normalises.
+        scale: factor the model's image converter multiplies its inputs by
+            first: `1 / 255` for uint8 images such as MNIST; `None` (default)
+            for smallNORB, which `keras_capsules.datasets.smallnorb` normalises.
         batch_size: examples per training batch when `fit` receives arrays
             and no `batch_size` (32).
         coordinate_addition: add the capsules' positions to the class votes.
@@ -72,7 +73,7 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
     >>> import keras_tuner as kt
     >>> from keras_capsules.tuning import MatrixCapsNetHyperModel
     >>> hypermodel = MatrixCapsNetHyperModel(input_shape=(28, 28, 1), num_classes=10,
-    ...                                      rescale=1 / 255)
+    ...                                      scale=1 / 255)
     >>> tuner = kt.RandomSearch(hypermodel, objective="val_accuracy", max_trials=10,
     ...                         directory="runs/tune-em")  # doctest: +SKIP
     >>> tuner.search(x_train, y_train, epochs=2, validation_split=0.1)  # doctest: +SKIP
@@ -87,7 +88,7 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         self,
         input_shape=(32, 32, 2),
         num_classes=5,
-        rescale=None,
+        scale=None,
         batch_size=32,
         coordinate_addition=True,
         variance_epsilon=routing.VARIANCE_EPSILON,
@@ -105,8 +106,8 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
             inverse_temperature_schedule=inverse_temperature_schedule,
         )
         check_choice("normalization", normalization, _positions.NORMALIZATIONS)
-        if rescale is not None:
-            check_positive("rescale", rescale)
+        if scale is not None:
+            check_positive("scale", scale)
         if not is_number(weight_decay):
             raise ValueError(f"`weight_decay` must be a number. Received: {weight_decay!r}")
         if weight_decay < 0:
@@ -120,7 +121,7 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
                     "`input_shape` must be at least 17 x 17 for Conv1, ConvCaps1 and "
                     f"ConvCaps2. Received: input_shape={self.input_shape!r}"
                 )
-        self.rescale = rescale
+        self.scale = scale
         self.coordinate_addition = bool(coordinate_addition)
         self.variance_epsilon = variance_epsilon
         self.normalization = normalization
@@ -170,7 +171,7 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
             variance_epsilon=self.variance_epsilon,
             normalization=self.normalization,
             inverse_temperature_schedule=self.inverse_temperature_schedule,
-            rescale=self.rescale,
+            image_converter=ImageConverter(scale=self.scale),
             weight_decay=self.weight_decay,
             compile=False,
             **values,

@@ -5,6 +5,7 @@ from keras import ops
 
 import applications
 from applications.backbone_capsnet import ROUTINGS
+from keras_capsules.layers import ImageConverter
 from tests._model_testing import run_classifier_test
 
 SMALL = dict(primary_capsule_types=4, decoder_units=(8,))
@@ -62,13 +63,13 @@ def test_keras_applications_backbone_on_grey_images(tmp_path, recwarn):
     )
     base.trainable = False
     backbone = keras.Model(grey, base(rgb), name="rgb_mobilenet")
-    model = applications.BackboneCapsNet(backbone, num_classes=3, rescale=None)
+    model = applications.BackboneCapsNet(backbone, num_classes=3, image_converter=ImageConverter())
     assert model.image_shape == (28, 28, 1)  # from the backbone
     assert model.get_layer("primary_caps").output.shape == (None, 32, 8)  # 1x1x576 features
     assert all(not w.path.startswith("rgb_mobilenet") for w in model.trainable_weights)
     x = _images(1, n=4, shape=(28, 28))  # raw pixels, MobileNetV3 rescales them itself
     model.fit(x, np.array([0, 1, 2, 0]), epochs=1, verbose=0)
-    assert not [w for w in recwarn if "rescale" in str(w.message)]
+    assert not [w for w in recwarn if "image converter" in str(w.message)]
     assert model.predict(x, verbose=0).shape == (4, 3)
 
     path = str(tmp_path / "mobilenet.keras")
@@ -131,7 +132,7 @@ def _pooled():
         (_backbone, {"num_classes": 0}, "num_classes"),
         (_backbone, {"primary_kernel_size": 0}, "primary_kernel_size"),
         (_backbone, {"reconstruction_weight": -1}, "reconstruction_weight"),
-        (_backbone, {"rescale": 0}, "rescale"),
+        (_backbone, {"image_converter": 1 / 255}, "image_converter"),
     ],
 )
 def test_bad_arguments(backbone, kwargs, match):

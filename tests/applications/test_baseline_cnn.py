@@ -28,11 +28,11 @@ def test_affnist_baseline_with_max_pooling_on_40x40():
     assert model.get_layer("fc1").count_params() == 5 * 5 * 128 * 328 + 328
 
 
-def test_outputs_are_probabilities_of_rescaled_pixels():
+def test_outputs_are_probabilities_of_scaled_pixels():
     model = applications.BaselineCNN(input_shape=(40, 40, 1), num_classes=7, **SMALL)
     assert model.output.shape == (None, 7)
     assert model.get_layer("probabilities").activation is keras.activations.softmax
-    assert model.get_layer("rescaling").scale == pytest.approx(1 / 255)
+    assert model.get_layer("image_converter").scale == pytest.approx(1 / 255)
     assert model.get_layer("dropout").rate == 0.5
 
 

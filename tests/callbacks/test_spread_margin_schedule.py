@@ -5,6 +5,7 @@ import pytest
 import applications
 from keras_capsules._compile import compile_again
 from keras_capsules.callbacks import SpreadMarginSchedule
+from keras_capsules.layers import ImageConverter
 from keras_capsules.losses import SpreadLoss
 from tests.conftest import BACKEND
 
@@ -14,7 +15,14 @@ def tiny_model():
     # test compiles the training step anew once or twice (on JAX, 5 s less each).
     # One step per call, so that the callbacks see every step.
     model = applications.MatrixCapsNet(
-        A=8, B=2, C=2, D=2, iterations=1, input_shape=(20, 20, 1), num_classes=3, rescale=None
+        A=8,
+        B=2,
+        C=2,
+        D=2,
+        iterations=1,
+        input_shape=(20, 20, 1),
+        num_classes=3,
+        image_converter=ImageConverter(),
     )
     return compile_again(model, steps_per_execution=1)
 

@@ -11,6 +11,8 @@ import pytest
 import applications
 from keras_capsules import layers
 from keras_capsules import ops as capsule_ops
+from keras_capsules.layers import ImageConverter
+from keras_capsules.serving import ServingSpec
 from keras_capsules.serving import export_saved_model
 from keras_capsules.serving import latest_version_dir
 from tests.conftest import BACKEND
@@ -20,8 +22,19 @@ SMALL = dict(conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_un
 # One EM iteration: the serving contract does not depend on routing, and each
 # iteration adds seconds to every trace (test_matrix_capsnet_norb exports two).
 TINY_EM = dict(
-    A=8, B=2, C=3, D=2, iterations=1, input_shape=(20, 20, 2), num_classes=3, rescale=None
+    A=8,
+    B=2,
+    C=3,
+    D=2,
+    iterations=1,
+    input_shape=(20, 20, 2),
+    num_classes=3,
+    image_converter=ImageConverter(),
 )
+
+
+SPEC = ServingSpec(image_shape=(8, 8, 1))
+"""The spec of the small functional models below: one output, the class scores."""
 
 
 def images(n, shape=(28, 28, 1), seed=0):
@@ -106,8 +119,9 @@ def test_reconstruction_signatures(capsnet_export):
 @pytest.mark.parametrize(
     "shape, message",
     [
-        ((2, 28, 28), r"shape \(batch, 28, 28, 1\); received shape\] \[2 28 28\]"),
-        ((2, 32, 32, 1), r"shape \(batch, 28, 28, 1\); received shape\] \[2 32 32 1\]"),
+        ((2, 28, 28), r"with 1 or 3 or 4 channels; received shape\] \[2 28 28\]"),
+        ((2, 32, 32, 2), r"with 1 or 3 or 4 channels; received shape\] \[2 32 32 2\]"),
+        ((2, 0, 32, 1), r"received shape\] \[2 0 32 1\]"),
         ((28, 28, 1), r"received shape\] \[28 28 1\]"),
     ],
 )
@@ -117,6 +131,23 @@ def test_wrong_shapes_fail_in_the_graph_naming_the_expected_shape(capsnet_export
     _, path, _ = capsnet_export
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         signatures(path)["serving_default"](images=tf.zeros(shape))
+
+
+@requires_tensorflow
+def test_any_size_and_colour_is_answered_as_the_model_answers_it(capsnet_export):
+    import tensorflow as tf
+
+    model, path, _ = capsnet_export
+    serving_default = signatures(path)["serving_default"]
+    photos = images(3, (45, 33, 3), seed=2)
+    served = serving_default(images=tf.constant(photos))
+    np.testing.assert_allclose(served["probabilities"], model.predict(photos, verbose=0), atol=1e-5)
+    rgba = np.concatenate([photos, np.full_like(photos[..., :1], 255)], axis=-1)
+    np.testing.assert_allclose(
+        serving_default(images=tf.constant(rgba))["probabilities"],
+        served["probabilities"],
+        atol=1e-6,
+    )
 
 
 @requires_tensorflow
@@ -212,8 +243,14 @@ def test_matrix_capsnet_norb_contract(tmp_path):
     expected = model.predict_outputs(x, verbose=0)
     np.testing.assert_allclose(served["probabilities"], expected["probabilities"], atol=1e-5)
     np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\(batch, 20, 20, 2\)"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"with 2 channels"):
         found["serving_default"](images=tf.zeros((1, 20, 20, 1)))
+    larger = np.random.default_rng(4).normal(size=(2, 30, 26, 2)).astype("float32")
+    np.testing.assert_allclose(
+        found["serving_default"](images=tf.constant(larger))["probabilities"],
+        model.predict(larger, verbose=0),
+        atol=1e-5,
+    )
 
 
 @requires_tensorflow
@@ -237,8 +274,8 @@ def test_efficient_capsnet_contract(efficient_capsnet_export):
     np.testing.assert_allclose(
         chosen["reconstructions"], model.decode(expected["poses"], labels=labels), atol=1e-5
     )
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\(batch, 28, 28, 1\)"):
-        found["serving_default"](images=tf.zeros((1, 32, 32, 1)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"with 1 or 3 or 4 channels"):
+        found["serving_default"](images=tf.zeros((1, 32, 32, 2)))
     x = x.copy()
     x[1, 5, 5, 0] = np.nan
     with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or infinite pixels"):
@@ -247,31 +284,34 @@ def test_efficient_capsnet_contract(efficient_capsnet_export):
 
 @requires_tensorflow
 def test_models_built_from_layers(tmp_path):
-    """Capsule outputs are served as their lengths; [poses, activations] as activations."""
+    """A spec says where the outputs are: a dict's keys, a list's indices."""
     import tensorflow as tf
 
     inputs = keras.Input((12, 12, 1))
     x = keras.layers.Conv2D(8, 3, activation="relu")(inputs)
     capsules = layers.CapsuleLayer(4, 6)(layers.PrimaryCapsule(2, 4, 3, strides=2)(x))
-    vector_model = keras.Model(inputs, capsules)
+    lengths = layers.Length()(capsules)
+    vector_model = keras.Model(inputs, {"probabilities": lengths, "poses": capsules})
+    spec = ServingSpec(image_shape=(12, 12, 1), scores="probabilities", poses="poses")
     x = images(3, (12, 12, 1))
-    served = signatures(export_saved_model(vector_model, str(tmp_path / "v"), verbose=False))[
-        "serving_default"
-    ](images=tf.constant(x))
-    poses = vector_model.predict(x, verbose=0)
-    np.testing.assert_allclose(served["poses"], poses, atol=1e-5)
-    # The served length is `ops.length`: sqrt(|v|^2 + epsilon), finite at zero.
-    lengths = np.sqrt(np.sum(np.square(poses), axis=-1) + capsule_ops.EPSILON)
+    path = export_saved_model(vector_model, str(tmp_path / "v"), spec=spec, verbose=False)
+    served = signatures(path)["serving_default"](images=tf.constant(x))
+    expected = vector_model.predict(x, verbose=0)
+    np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
+    # The length is `ops.length`: sqrt(|v|^2 + epsilon), finite at zero.
+    lengths = np.sqrt(np.sum(np.square(expected["poses"]), axis=-1) + capsule_ops.EPSILON)
     np.testing.assert_allclose(served["probabilities"], lengths, atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"shape \(batch, 12, 12, 1\)"):
+        signatures(path)["serving_default"](images=tf.zeros((1, 14, 12, 1)))  # one size only
 
     inputs = keras.Input((8, 8, 1))
     poses, activations = layers.PrimaryMatrixCapsule(2)(keras.layers.Conv2D(4, 1)(inputs))
     outputs = layers.ClassMatrixCapsule(3, iterations=1)([poses, activations])
     matrix_model = keras.Model(inputs, outputs)
     x = images(2, (8, 8, 1))
-    served = signatures(export_saved_model(matrix_model, str(tmp_path / "m"), verbose=False))[
-        "serving_default"
-    ](images=tf.constant(x))
+    spec = ServingSpec(image_shape=(8, 8, 1), scores=1, poses=0)
+    path = export_saved_model(matrix_model, str(tmp_path / "m"), spec=spec, verbose=False)
+    served = signatures(path)["serving_default"](images=tf.constant(x))
     expected_poses, expected_activations = matrix_model.predict(x, verbose=0)
     np.testing.assert_allclose(served["probabilities"], expected_activations, atol=1e-5)
     np.testing.assert_allclose(served["poses"], expected_poses, atol=1e-5)
@@ -280,13 +320,33 @@ def test_models_built_from_layers(tmp_path):
 @requires_tensorflow
 def test_unservable_models_are_refused_with_a_reason(tmp_path):
     inputs = keras.Input((8, 8, 1))
-    model = keras.Model(inputs, keras.layers.Conv2D(2, 3)(inputs))
-    with pytest.raises(ValueError, match=r"class capsules \(batch, classes, dim\)"):
-        export_saved_model(model, str(tmp_path / "conv"), verbose=False)
-    vectors = keras.Input((10,))
-    flat = keras.Model(vectors, keras.layers.Dense(3)(vectors))
-    with pytest.raises(ValueError, match="image shape"):
-        export_saved_model(flat, str(tmp_path / "flat"), verbose=False)
+    scores = keras.layers.Dense(3, activation="softmax")(keras.layers.Flatten()(inputs))
+    model = keras.Model(inputs, {"scores": scores})
+    with pytest.raises(ValueError, match=r"declares no serving spec: .*spec=keras_capsules"):
+        export_saved_model(model, str(tmp_path / "none"), verbose=False)
+    with pytest.raises(ValueError, match=r"several outputs: say which are the class scores"):
+        export_saved_model(model, str(tmp_path / "which"), spec=SPEC, verbose=False)
+    spec = ServingSpec(image_shape=(8, 8, 1), scores="probabilities")
+    with pytest.raises(ValueError, match=r"no 'probabilities' for `scores`; they are \['scores'\]"):
+        export_saved_model(model, str(tmp_path / "key"), spec=spec, verbose=False)
+    with pytest.raises(ValueError, match="must be a keras_capsules.serving.ServingSpec"):
+        export_saved_model(model, str(tmp_path / "dict"), spec={"image_shape": (8, 8, 1)})
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"image_shape": (8, 8)}, "image_shape"),
+        ({"image_shape": (8, 0, 1)}, "image_shape"),
+        ({"image_shape": (8, 8, 1), "scores": 1.5}, "scores"),
+        ({"image_shape": (8, 8, 1), "pixel_range": (255, 0)}, "pixel_range"),
+        ({"image_shape": (8, 8, 1), "mask": layers.Mask()}, "decoder` and `mask"),
+    ],
+)
+def test_a_serving_spec_refuses_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ServingSpec(**kwargs)
 
 
 @requires_tensorflow
@@ -297,9 +357,11 @@ def test_logits_are_refused_as_probabilities_and_served_as_their_softmax(tmp_pat
     logits = keras.layers.Dense(3)(keras.layers.Flatten()(inputs))
     model = keras.Model(inputs, logits)
     with pytest.raises(ValueError, match="output_kind='logits'"):
-        export_saved_model(model, str(tmp_path / "refused"), verbose=False)
+        export_saved_model(model, str(tmp_path / "refused"), spec=SPEC, verbose=False)
     assert not os.path.exists(tmp_path / "refused")
-    path = export_saved_model(model, str(tmp_path / "logits"), verbose=False, output_kind="logits")
+    path = export_saved_model(
+        model, str(tmp_path / "logits"), spec=SPEC, verbose=False, output_kind="logits"
+    )
     x = images(4, (8, 8, 1))
     served = signatures(path)["serving_default"](images=tf.constant(x))
     expected = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(x, verbose=0)))
@@ -319,7 +381,7 @@ def overflowing_model():
 def test_outputs_that_are_not_finite_fail_in_the_graph(tmp_path):
     import tensorflow as tf
 
-    path = export_saved_model(overflowing_model(), str(tmp_path / "m"), verbose=False)
+    path = export_saved_model(overflowing_model(), str(tmp_path / "m"), spec=SPEC, verbose=False)
     serving_default = signatures(path)["serving_default"]
     assert np.all(
         np.isfinite(serving_default(images=tf.constant(images(2, (8, 8, 1))))["probabilities"])
@@ -364,5 +426,5 @@ def test_a_saved_model_that_does_not_reproduce_the_model_is_not_written(
         inputs, keras.layers.Dense(3, activation="softmax")(keras.layers.Flatten()(inputs))
     )
     with pytest.raises(ValueError, match=rf"SavedModel .*{failure}.*not written"):
-        export_saved_model(model, str(tmp_path / "m"), verbose=False)
+        export_saved_model(model, str(tmp_path / "m"), spec=SPEC, verbose=False)
     assert not os.path.exists(tmp_path / "m")  # no version, no temporary, no folder made for it

@@ -18,6 +18,8 @@ import pytest
 import applications
 from keras_capsules import routing
 from keras_capsules._autodiff import inference_only
+from keras_capsules.layers import ImageConverter
+from keras_capsules.serving import ServingSpec
 from keras_capsules.serving import export_litert
 from keras_capsules.serving import export_onnx
 from keras_capsules.serving.portable import VERIFY_TOLERANCE
@@ -32,11 +34,18 @@ MODELS = {
     "capsnet_mnist": lambda: applications.CapsNetMNIST(
         conv_filters=16, primary_capsule_types=4, capsule_dim=8, decoder_units=(32,)
     ),
-    # Inputs standardised, as the smallNORB configuration takes them (rescale=None).
+    # Inputs standardised, as the smallNORB configuration takes them (no scale).
     "matrix_capsnet_norb": lambda: applications.MatrixCapsNet(
-        A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3, rescale=None
+        A=8,
+        B=2,
+        C=3,
+        D=2,
+        iterations=2,
+        input_shape=(20, 20, 2),
+        num_classes=3,
+        image_converter=ImageConverter(),
     ),
-    # Pixel values, as the em_capsnet_mnist preset takes them (rescale=1/255).
+    # Pixel values, as the em_capsnet_mnist preset takes them (scale 1/255).
     "matrix_capsnet_mnist": lambda: applications.MatrixCapsNet(
         A=8, B=2, C=3, D=2, iterations=2, input_shape=(28, 28, 1), num_classes=10
     ),
@@ -46,15 +55,20 @@ MODELS = {
 }
 
 
+SPEC = ServingSpec(image_shape=(8, 8, 1))
+"""The spec of the small functional models below: one output, the class scores."""
+SMALL_SPEC = ServingSpec(image_shape=(4, 4, 1))
+
+
 def images(n, shape, seed=0):
     """Pixel values in [0, 255]."""
     return np.random.default_rng(seed).integers(0, 256, (n,) + shape).astype("float32")
 
 
 def model_images(model, n, seed=0):
-    """Images in the range `model` expects: pixel values, or standardised with rescale=None."""
-    shape = tuple(model.inputs[0].shape[1:])
-    if getattr(model, "rescale", None) is None:  # expects standardised inputs
+    """Images in the range `model` expects: pixel values, or standardised without a scale."""
+    shape = model.image_shape
+    if model.image_converter.scale is None:  # expects standardised inputs
         return np.random.default_rng(seed).normal(size=(n,) + shape).astype("float32")
     return images(n, shape, seed)
 
@@ -189,17 +203,34 @@ def test_larger_inputs_get_finite_answers_and_the_classes_of_keras(exported, gai
 
 
 @requires_tensorflow
-def test_onnx_runtime_refuses_a_wrong_image_size(tmp_path):
+@pytest.mark.parametrize("format_name", sorted(FORMATS))
+def test_the_files_take_any_size_and_colour(format_name, tmp_path):
+    needs(format_name)
+    export, suffix, run, _, _ = FORMATS[format_name]
+    model = MODELS["capsnet_mnist"]()
+    path = export(model, str(tmp_path / f"m{suffix}"), verbose=False)
+    for shape in ((40, 36, 3), (28, 28, 4), (17, 19, 1)):
+        photos = images(2, shape, seed=sum(shape))
+        np.testing.assert_allclose(
+            run(path, photos)["probabilities"],
+            model.predict(photos, verbose=0),
+            atol=1e-4,
+            err_msg=str(shape),
+        )
+
+
+@requires_tensorflow
+def test_onnx_runtime_refuses_a_wrong_image_size_where_the_model_takes_one(tmp_path):
     needs("onnx")
     import onnxruntime
 
-    model = MODELS["capsnet_mnist"]()
-    path = export_onnx(model, str(tmp_path / "m.onnx"), verbose=False)
+    model = _softmax_model()
+    path = export_onnx(model, str(tmp_path / "m.onnx"), spec=SPEC, verbose=False)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     (images_input,) = session.get_inputs()
-    assert images_input.name == "images" and images_input.shape[1:] == [28, 28, 1]
+    assert images_input.name == "images" and images_input.shape[1:] == [8, 8, 1]
     with pytest.raises(Exception, match="Got invalid dimensions for input: images"):
-        session.run(None, {"images": np.zeros((2, 32, 32, 1), "float32")})
+        session.run(None, {"images": np.zeros((2, 9, 8, 1), "float32")})
 
 
 @requires_tensorflow
@@ -210,8 +241,10 @@ def test_logits_are_exported_as_their_softmax(format_name, tmp_path):
     inputs = keras.Input((8, 8, 1))
     model = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Flatten()(inputs)))
     with pytest.raises(ValueError, match="output_kind='logits'"):
-        export(model, str(tmp_path / f"refused{suffix}"), verbose=False)
-    path = export(model, str(tmp_path / f"m{suffix}"), verbose=False, output_kind="logits")
+        export(model, str(tmp_path / f"refused{suffix}"), spec=SPEC, verbose=False)
+    path = export(
+        model, str(tmp_path / f"m{suffix}"), spec=SPEC, verbose=False, output_kind="logits"
+    )
     x = images(4, (8, 8, 1))
     served = run(path, x)
     assert "poses" not in served
@@ -231,7 +264,7 @@ def test_unconvertible_operations_are_named(format_name, tmp_path):
     # The regularised lower incomplete gamma function: in [0, 1], in neither format.
     model = keras.Model(inputs, keras.layers.Lambda(lambda s: tf.math.igamma(s + 1, s + 1))(scores))
     with pytest.raises(ValueError, match=r"operations of the model.*: Igamma\.$"):
-        export(model, str(tmp_path / f"m{suffix}"), verbose=False)
+        export(model, str(tmp_path / f"m{suffix}"), spec=SPEC, verbose=False)
     assert not list(tmp_path.iterdir())  # nothing written
 
 
@@ -257,7 +290,7 @@ def test_onnx_computes_expm1_to_float32_precision(tmp_path):
     )
     model = keras.Model(inputs, keras.layers.Lambda(lambda z: -keras.ops.expm1(-z))(z))
     x = images(4, (8, 8, 1))
-    served = run_onnx(export_onnx(model, str(tmp_path / "m.onnx"), verbose=False), x)
+    served = run_onnx(export_onnx(model, str(tmp_path / "m.onnx"), spec=SPEC, verbose=False), x)
     expected = model.predict(x, verbose=0)
     assert 1e-7 < expected.min() and expected.max() < 1e-4
     # 1 - exp(-z) in float32 would be off by up to percents at these sizes.
@@ -449,10 +482,10 @@ def test_a_file_its_runtime_does_not_reproduce_is_not_written(
     monkeypatch.setattr(portable, runner, broken)
     message = {
         "does not run": r"does not run in .*so it was not written: \[ONNXRuntimeError\].*failed$",
-        "other probabilities": r"other probabilities .* 4 probe images \(up to 0.01 apart",
+        "other probabilities": r"other probabilities .* 4 probe images \(8, 8, 1\) \(up to 0.01",
     }[failure]
     with pytest.raises(ValueError, match=message):
-        export(_softmax_model(), str(tmp_path / f"m{suffix}"), verbose=False)
+        export(_softmax_model(), str(tmp_path / f"m{suffix}"), spec=SPEC, verbose=False)
     assert not list(tmp_path.iterdir())  # nothing written, no temporary left
 
 
@@ -472,7 +505,6 @@ class _Traced:
 
     def __init__(self, gain):
         self.gain = gain
-        self.input_signature = [type("Spec", (), {"shape": (None, 4, 4, 1)})()]
 
     def __call__(self, images):
         mean = np.asarray(images, "float64").mean(axis=(1, 2, 3))[:, None]
@@ -499,7 +531,7 @@ def test_the_file_is_held_to_the_models_own_sensitivity(gain, offset, accepted):
         return {"probabilities": function(images)["probabilities"] + offset}
 
     if accepted:
-        portable._verify(model, function, "file", "litert", run)
+        portable._verify(model, SMALL_SPEC, function, "file", "litert", run)
     else:
         with pytest.raises(ValueError, match="answers other probabilities"):
-            portable._verify(model, function, "file", "litert", run)
+            portable._verify(model, SMALL_SPEC, function, "file", "litert", run)

@@ -18,9 +18,10 @@ pytest.importorskip("kserve")
 def predictor(tmp_path_factory):
     from keras_capsules.serving import export_saved_model
     from keras_capsules.serving.saved_model_predictor import SavedModelPredictor
+    from tests.serving.test_export import SPEC
 
     base = str(tmp_path_factory.mktemp("predictor") / "overflow")
-    export_saved_model(overflowing_model(), base, verbose=False)
+    export_saved_model(overflowing_model(), base, spec=SPEC, verbose=False)
     predictor = SavedModelPredictor("overflow", base)
     predictor.load()
     return predictor
@@ -98,8 +99,8 @@ def test_an_efficient_capsnet_is_served_as_capsnet_mnist_is(efficient_capsnet_ex
         model.decode(expected["poses"][:2], labels=np.array([7, 2])),
         atol=1e-5,
     )
-    with pytest.raises(InvalidInput, match=r"\(28, 28, 1\)"):
-        predict(served, np.zeros((2, 32, 32, 1)))
+    with pytest.raises(InvalidInput, match=r"with 1 or 3 or 4 channels"):
+        predict(served, np.zeros((2, 32, 32, 2)))
     request["instances"][0]["capsules"] = 10
     with pytest.raises(InvalidInput, match=r"class indices in \[0, 10\)"):
         asyncio.run(served.predict(request))
@@ -109,13 +110,14 @@ def test_an_efficient_capsnet_is_served_as_capsnet_mnist_is(efficient_capsnet_ex
 def capsnet_export(tmp_path_factory):
     """Two small CapsNetMNIST exports: pixels in [0, 255] (the default) and in [0, 1]."""
     import applications
+    from keras_capsules.layers import ImageConverter
     from keras_capsules.serving import export_saved_model
 
     root = tmp_path_factory.mktemp("ranges")
     small = dict(conv_filters=8, primary_capsule_types=2, decoder_units=None, compile=False)
     paths = {}
-    for name, rescale in (("pixels", 1 / 255), ("unit", None)):
-        model = applications.CapsNetMNIST(**small, rescale=rescale)
+    for name, scale in (("pixels", 1 / 255), ("unit", None)):
+        model = applications.CapsNetMNIST(**small, image_converter=ImageConverter(scale=scale))
         paths[name] = (model, export_saved_model(model, str(root / name), verbose=False))
     return paths
 

@@ -198,9 +198,10 @@ BAD_REQUESTS = {
     "not an object": (b"[1, 2, 3]", r'"instances" or "inputs"'),
     "both formats": ({"instances": [1], "inputs": [1]}, r"exactly one of"),
     "empty batch": ({"instances": []}, r"non-empty"),
-    "wrong image size": ({"instances": np.zeros((2, 32, 32, 1)).tolist()}, r"\(28, 28, 1\)"),
-    "wrong rank": ({"instances": np.zeros((2, 28)).tolist()}, r"\(28, 28, 1\)"),
-    "ragged images": ({"instances": [[[0] * 28] * 28, [[0] * 27] * 28]}, r"shape"),
+    "two channels": ({"instances": np.zeros((2, 32, 32, 2)).tolist()}, r"1 or 3 or 4 channels"),
+    "wrong rank": ({"instances": np.zeros((2, 28)).tolist()}, r"\(height, width, channels\)"),
+    "an empty image": ({"instances": np.zeros((1, 0, 28, 1)).tolist()}, r"shape \(0,\)"),
+    "a ragged image": ({"instances": [[[0] * 28] * 27 + [[0] * 27]]}, r"received shape \(28,\)"),
     "strings for pixels": ({"instances": [[["a"] * 28] * 28]}, r"nested list of numbers"),
     "NaN pixels": (b'{"instances": [[[NaN]]]}', r"NaN"),
     "infinite pixels": (
@@ -223,7 +224,7 @@ BAD_REQUESTS = {
     ),
     "a PNG bomb": (
         {"instances": [{"b64": base64.b64encode(PNG_BOMB_HEADER).decode()}]},
-        r"expected a 28x28 image, received 16000x16000",
+        r"the PNG is 16000x16000; this server takes images of at most 16777216 pixels",
     ),
     "not a PNG": (
         {"instances": [{"b64": base64.b64encode(b"GIF89a" + bytes(40)).decode()}]},
@@ -240,6 +241,26 @@ BAD_REQUESTS = {
 
 
 PARSE_ERRORS = {"malformed JSON", "NaN pixels", "infinite pixels"}
+
+
+def test_photos_of_any_size_and_colour_are_answered_as_the_model_answers_them(served):
+    import tensorflow as tf
+
+    client, model, _, _ = served
+    rng = np.random.default_rng(8)
+    photos = [rng.integers(0, 256, shape).astype("uint8") for shape in ((40, 31, 3), (28, 28, 4))]
+    pngs = [{"b64": base64.b64encode(tf.io.encode_png(p).numpy()).decode()} for p in photos]
+    status, body = client.predict({"instances": [*pngs, photos[0].tolist()]})  # sizes mixed
+    assert status == 200, body
+    rgba = photos[1].astype("float32")
+    on_black = rgba[..., :3] * (rgba[..., 3:] / 255.0)  # the server composites a PNG's alpha
+    expected = [
+        model.predict(photos[0][None], verbose=0)[0],
+        model.predict(on_black[None], verbose=0)[0],
+        model.predict(photos[0][None], verbose=0)[0],
+    ]
+    served_probabilities = np.array([p["probabilities"] for p in body["predictions"]])
+    np.testing.assert_allclose(served_probabilities, np.array(expected), atol=1e-4)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_REQUESTS))

@@ -11,7 +11,7 @@ from tests.tuning.helpers import TINY_MATRIX
 from tests.tuning.helpers import FitRecorder
 from tests.tuning.helpers import fixed
 
-MNIST = {"input_shape": (28, 28, 1), "num_classes": 10, "rescale": 1 / 255}
+MNIST = {"input_shape": (28, 28, 1), "num_classes": 10, "scale": 1 / 255}
 
 
 # The search space's names of the models' arguments.
@@ -68,7 +68,7 @@ def test_defaults_are_the_papers_settings():
         ({"input_shape": (32, 32, 2, 1)}, "input_shape"),
         ({"num_classes": 1}, "num_classes"),
         ({"batch_size": -2}, "batch_size"),
-        ({"rescale": 0}, "rescale"),
+        ({"scale": 0}, "scale"),
         ({"variance_epsilon": 0}, "variance_epsilon"),
         ({"weight_decay": -1e-4}, "weight_decay"),
         ({"decay_steps": 0}, "decay_steps"),
@@ -91,7 +91,7 @@ def test_build_follows_the_hyperparameters():
     for name, value in {**TINY_MATRIX, "inverse_temperature": 0.05, "tempering": 0.3}.items():
         assert config[ARGUMENT.get(name, name)] == value, name
     assert config["normalization"] == "positions"
-    assert config["input_shape"] == (28, 28, 1) and config["rescale"] == 1 / 255
+    assert config["input_shape"] == (28, 28, 1) and model.image_converter.scale == 1 / 255
     assert model.backbone.get_layer("conv_caps2").inverse_temperature == 0.05
     schedule = model.optimizer.get_config()["learning_rate"]["config"]
     assert (schedule["initial_learning_rate"], schedule["decay_steps"]) == (1e-3, 2000)

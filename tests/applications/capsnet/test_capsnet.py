@@ -9,6 +9,7 @@ import pytest
 from keras import ops
 
 import applications
+from keras_capsules.layers import ImageConverter
 from keras_capsules.losses import MarginLoss
 from keras_capsules.losses import ReconstructionLoss
 from tests._model_testing import run_classifier_test
@@ -103,10 +104,17 @@ def test_bad_arguments(kwargs, match):
         applications.CapsNet(**kwargs)
 
 
-def test_wrong_image_size_is_an_error():
+def test_images_of_another_size_are_resized_and_no_images_are_an_error():
     model = applications.CapsNet(**SMALL)
+    converter = ImageConverter(image_size=(28, 28), channels=1, scale=1 / 255)
+    photos = np.random.default_rng(3).integers(0, 256, (2, 45, 33, 3)).astype("uint8")
+    np.testing.assert_allclose(
+        model.predict(photos, verbose=0),
+        model.predict(np.asarray(converter(photos)) * 255, verbose=0),
+        atol=1e-5,
+    )
     with pytest.raises(ValueError):
-        model.predict(np.zeros((2, 32, 32, 1), "float32"), verbose=0)
+        model.predict(np.zeros((2, 28), "float32"), verbose=0)
 
 
 @requires_tensorflow
@@ -158,36 +166,41 @@ def test_dtype_policy_argument_is_used_and_saved(tmp_path):
     assert loaded.backbone.get_layer("conv1").dtype_policy.name == "mixed_float16"
 
 
-def test_rescale_is_the_input_convention_and_a_wrong_range_warns_once():
+def test_the_image_converter_is_the_input_convention_and_a_wrong_range_warns_once():
     raw = np.random.default_rng(4).integers(0, 256, size=(6, 28, 28)).astype("uint8")
     model = applications.CapsNet(**SMALL)
-    scaled_model = applications.CapsNet(**SMALL, rescale=None)
+    scaled_model = applications.CapsNet(**SMALL, image_converter=ImageConverter())
     scaled_model.set_weights(model.get_weights())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         expected = model.predict(raw, verbose=0)
     assert not _range_warnings(caught)  # raw pixels: the expected range
     np.testing.assert_allclose(scaled_model.predict(raw / 255.0, verbose=0), expected, atol=1e-5)
-    assert scaled_model.get_config()["rescale"] is None
-    assert applications.CapsNet.from_config(model.get_config()).rescale == 1 / 255
+    assert scaled_model.get_config()["image_converter"]["config"]["scale"] is None
+    again = applications.CapsNet.from_config(model.get_config()).image_converter
+    assert (again.scale, again.image_size, again.channels) == (1 / 255, (28, 28), 1)
     # Inputs scaled to [0, 1] given to a model that rescales them again.
     fresh = applications.CapsNet(**SMALL)
-    with pytest.warns(UserWarning, match="rescale=None"):
+    with pytest.warns(UserWarning, match=r"image_converter=ImageConverter\(\)"):
         fresh.fit(raw / 255.0, np.arange(6) % 10, batch_size=3, epochs=1, verbose=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fresh.predict(raw / 255.0, verbose=0)
     assert not _range_warnings(caught)  # once per model
     # Raw pixels given to a model built for scaled inputs.
-    with pytest.warns(UserWarning, match="rescale=1 / 255"):
-        applications.CapsNet(**SMALL, rescale=None).evaluate(raw, np.arange(6) % 10, verbose=0)
-    for bad in (0, -1.0, "1/255", float("nan")):
-        with pytest.raises(ValueError, match="rescale"):
-            applications.CapsNet(**SMALL, rescale=bad)
+    with pytest.warns(UserWarning, match=r"ImageConverter\(scale=1 / 255\)"):
+        unscaled = applications.CapsNet(**SMALL, image_converter=ImageConverter())
+        unscaled.evaluate(raw, np.arange(6) % 10, verbose=0)
+    with pytest.raises(ValueError, match="image_converter"):
+        applications.CapsNet(**SMALL, image_converter=1 / 255)
+    with pytest.raises(ValueError, match=r"image_size=\(32, 32\).*\(28, 28, 1\)"):
+        applications.CapsNet(**SMALL, image_converter=ImageConverter(image_size=(32, 32)))
+    with pytest.raises(ValueError, match="channels=3"):
+        applications.CapsNet(**SMALL, image_converter=ImageConverter(channels=3))
 
 
 def _range_warnings(caught):
-    return [w for w in caught if "rescale" in str(w.message)]
+    return [w for w in caught if "image converter" in str(w.message)]
 
 
 def test_any_image_size_and_colour_with_class_names(tmp_path):

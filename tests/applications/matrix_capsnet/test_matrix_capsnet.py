@@ -7,11 +7,21 @@ import pytest
 import applications
 from keras_capsules import routing
 from keras_capsules.callbacks import SpreadMarginSchedule
+from keras_capsules.layers import ImageConverter
 from keras_capsules.losses import SpreadLoss
 from tests._model_testing import run_classifier_test
 from tests.conftest import requires_tensorflow
 
-TINY = dict(A=8, B=2, C=3, D=2, iterations=2, input_shape=(20, 20, 2), num_classes=3, rescale=None)
+TINY = dict(
+    A=8,
+    B=2,
+    C=3,
+    D=2,
+    iterations=2,
+    input_shape=(20, 20, 2),
+    num_classes=3,
+    image_converter=ImageConverter(),
+)
 # For the tests of saving and of the margin, where routing plays no part: one EM
 # iteration makes each training step's compilation seconds shorter.
 ONE_ITERATION = dict(TINY, iterations=1)
@@ -216,7 +226,6 @@ def train_reduced_on_mnist(mnist_data, **routing_options):
         D=8,
         input_shape=(28, 28, 1),
         num_classes=10,
-        rescale=1 / 255,
         **routing_options,
     )
     model.compile(optimizer=keras.optimizers.Adam(1e-2))
@@ -272,17 +281,16 @@ def test_margin_comes_from_the_optimizer_step_inside_the_compiled_step():
         )
 
 
-def test_raw_pixels_for_a_model_without_rescale_warn():
+def test_raw_pixels_for_a_model_without_a_scale_warn():
     raw = np.random.default_rng(5).integers(0, 256, size=(4, 20, 20, 2)).astype("uint8")
-    with pytest.warns(UserWarning, match="rescale=1 / 255"):
+    with pytest.warns(UserWarning, match=r"ImageConverter\(scale=1 / 255\)"):
         applications.MatrixCapsNet(**TINY).predict(raw, verbose=0)
-    rescaling = applications.MatrixCapsNet(**dict(TINY, rescale=1 / 255))
+    scaling = applications.MatrixCapsNet(**dict(TINY, image_converter=None))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rescaling.predict(raw, verbose=0)
-    assert not [w for w in caught if "rescale" in str(w.message)]
-    with pytest.raises(ValueError, match="rescale"):
-        applications.MatrixCapsNet(**dict(TINY, rescale=0))
+        scaling.predict(raw, verbose=0)
+    assert not [w for w in caught if "image converter" in str(w.message)]
+    assert scaling.image_converter.channels is None  # two channels: a stereo pair, kept
 
 
 def test_matrix_capsnet_takes_the_papers_letters_or_descriptive_names():

@@ -9,7 +9,7 @@ def test_the_papers_configuration_for_smallnorb():
     model = applications.MatrixCapsNetNORB(64, 8, 16, 16, compile=False)
     assert type(model) is applications.MatrixCapsNet and model.count_params() == 68_754
     assert model.image_shape == (32, 32, 2) and model.class_names == smallnorb.CLASS_NAMES
-    assert model.rescale is None  # the smallNORB pipelines standardise the images
+    assert model.image_converter.scale is None  # the smallNORB pipelines standardise them
     assert model.name == "matrix_capsnet_norb"
     config = model.get_config()
     again = applications.MatrixCapsNet.from_config(config)
