@@ -597,7 +597,7 @@ def test_train_on_a_folder_of_images_and_evaluate_by_class(tmp_path, capsys):
     assert (metrics["train_images"], metrics["test_images"]) == (29, 7)  # 0.2 held out
     model = keras.saving.load_model(os.path.join(output, "model.keras"))
     assert model.class_names == ("circle", "square", "triangle")
-    assert model.input_shape == (None, 24, 24, 3) and model.reconstruct(
+    assert model.image_shape == (24, 24, 3) and model.reconstruct(
         np.zeros((1, 24, 24, 3))
     ).shape == (1, 24, 24, 3)
     run = json.load(open(os.path.join(output, "run.json")))["options"]
