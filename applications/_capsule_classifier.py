@@ -202,8 +202,7 @@ class CapsuleClassifier(
     # Serialization ----------------------------------------------------------
 
     def _architecture_config(self):
-        converter = keras.saving.serialize_keras_object(self.image_converter)
-        return {**self._config, "image_converter": converter}
+        return dict(self._config)
 
 
 def check_reconstruction_weight(reconstruction_weight):

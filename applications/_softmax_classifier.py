@@ -52,5 +52,4 @@ class SoftmaxClassifier(Task, InputRangeCheck, keras.Model):
         return loss
 
     def _architecture_config(self):
-        converter = keras.saving.serialize_keras_object(self.image_converter)
-        return {**self._config, "image_converter": converter}
+        return dict(self._config)

@@ -144,6 +144,7 @@ class Task:
                 backbone.pop(state, None)
             config["backbone"] = backbone
         config.update(self._architecture_config())
+        config["image_converter"] = keras.saving.serialize_keras_object(self.image_converter)
         frozen = frozen_layers(self)
         if frozen:
             config["frozen_layers"] = frozen

@@ -53,24 +53,6 @@ def _listdir(path):
     return os.listdir(path) if os.path.isdir(path) else []
 
 
-def serving_spec(model, spec=None):
-    """`spec`, or the `ServingSpec` that `model` declares; a `ValueError` for neither."""
-    if spec is not None:
-        if not isinstance(spec, ServingSpec):
-            raise ValueError(
-                f"`spec` must be a keras_capsules.serving.ServingSpec. Received: spec={spec!r}"
-            )
-        return spec
-    declared = getattr(type(model), "serving_spec", None)  # the applications' classifiers
-    if not callable(declared):
-        raise ValueError(
-            f"{type(model).__name__} declares no serving spec: say what its images and "
-            "outputs are with spec=keras_capsules.serving.ServingSpec(image_shape=..., "
-            "scores=..., poses=...)."
-        )
-    return model.serving_spec()
-
-
 OUTPUT_KINDS = ("probabilities", "logits")
 
 
@@ -216,7 +198,7 @@ def export_saved_model(
     """
     tf = _tensorflow()
     version, path = _version_path(output_dir, version, output_kind)
-    spec = serving_spec(model, spec)
+    spec = ServingSpec.of(model, spec)
     if output_kind == "probabilities":
         _check_probabilities(tf, model, spec)
     predict = _predict_function(tf, model, spec, output_kind)
@@ -305,16 +287,10 @@ def _version_path(output_dir, version, output_kind):
     return version, path
 
 
-def input_channels(spec):
-    """The channels an image may have: grey, RGB or RGBA where the model converts colour."""
-    channels = spec.image_shape[-1]
-    return (1, 3, 4) if spec.any_image and channels in (1, 3) else (channels,)
-
-
 def _image_check(tf, spec):
     """A graph function passing `images` on, failing on a wrong shape or non-finite pixels."""
     image_shape = spec.image_shape
-    channels = input_channels(spec)
+    channels = spec.input_channels
     if spec.any_image:
         expected = "(batch, height, width, channels) with " + " or ".join(map(str, channels))
         expected += " channels"
@@ -386,7 +362,7 @@ def _serving_archive(tf, model, spec, predict):
         "image_shape", [tf.Variable(spec.image_shape, dtype=tf.int64, trainable=False)]
     )
     archive.add_variable_collection(
-        "input_channels", [tf.Variable(input_channels(spec), dtype=tf.int64, trainable=False)]
+        "input_channels", [tf.Variable(spec.input_channels, dtype=tf.int64, trainable=False)]
     )
     archive.add_variable_collection(
         "any_image", [tf.Variable(spec.any_image, dtype=tf.bool, trainable=False)]

@@ -24,9 +24,8 @@ from keras_capsules.serving.export import SERVING_SIGNATURE
 from keras_capsules.serving.export import _check_probabilities
 from keras_capsules.serving.export import _probe_images
 from keras_capsules.serving.export import _write_out
-from keras_capsules.serving.export import input_channels
 from keras_capsules.serving.export import probe_shapes
-from keras_capsules.serving.export import serving_spec
+from keras_capsules.serving.serving_spec import ServingSpec
 
 SUFFIXES = {"onnx": ".onnx", "litert": ".tflite"}
 
@@ -293,7 +292,7 @@ def _check_arguments(path, format, output_kind):
 def _prediction_function(model, format, spec, output_kind):
     """TensorFlow, the spec and the `serving_default` function of `model`, not traced yet."""
     tf = require("tensorflow", f"serving.export_{format}")
-    spec = serving_spec(model, spec)
+    spec = ServingSpec.of(model, spec)
     if output_kind == "probabilities":
         _check_probabilities(tf, model, spec)
 
@@ -308,7 +307,7 @@ def _prediction_function(model, format, spec, output_kind):
         return result
 
     if spec.any_image:
-        channels = input_channels(spec)
+        channels = spec.input_channels
         shape = (None, None, None, channels[0] if len(channels) == 1 else None)
     else:
         shape = (None,) + spec.image_shape

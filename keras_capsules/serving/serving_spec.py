@@ -94,6 +94,30 @@ class ServingSpec:
             if layer is not None and not isinstance(layer, keras.layers.Layer):
                 raise ValueError(f"`{name}` must be a Keras layer. Received: {name}={layer!r}")
 
+    @classmethod
+    def of(cls, model, spec=None):
+        """`spec`, or the spec `model` declares (`model.serving_spec()`); else a `ValueError`."""
+        if spec is not None:
+            if not isinstance(spec, cls):
+                raise ValueError(
+                    f"`spec` must be a keras_capsules.serving.ServingSpec. Received: spec={spec!r}"
+                )
+            return spec
+        declared = getattr(type(model), "serving_spec", None)  # the applications' classifiers
+        if not callable(declared):
+            raise ValueError(
+                f"{type(model).__name__} declares no serving spec: say what its images and "
+                "outputs are with spec=keras_capsules.serving.ServingSpec(image_shape=..., "
+                "scores=..., poses=...)."
+            )
+        return model.serving_spec()
+
+    @property
+    def input_channels(self):
+        """The channels an image may have: grey, RGB or RGBA where the model converts colour."""
+        channels = self.image_shape[-1]
+        return (1, 3, 4) if self.any_image and channels in (1, 3) else (channels,)
+
     def heads(self, outputs):
         """`(scores, poses)` of the model's `outputs`; `poses` is `None` without them."""
         return self._output(outputs, self.scores, "scores"), (
