@@ -10,19 +10,12 @@ class BackboneModel:
     """What a model on a user's backbone adds to its base class.
 
     The subclass holds the user's model as `self.backbone`, which its config
-    holds as it is now (frozen or not);
-    `head_parameters()` counts the rest, and with an image converter that
-    does not scale, the inputs go to the backbone unchecked, in whatever
-    range it was built for ([0, 255] for keras.applications).
+    holds as it is now (frozen or not); `head_parameters()` counts the rest.
     """
 
     def head_parameters(self):
         """The number of parameters outside the backbone: the head's size."""
         return self.count_params() - self.backbone.count_params()
-
-    def _check_input_range(self, x):
-        if self.image_converter.scale is not None:
-            super()._check_input_range(x)
 
 
 def check_backbone(backbone):

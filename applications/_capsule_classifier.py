@@ -1,18 +1,15 @@
 """What the capsule classifiers share: their loss, metrics, inference methods and config."""
 
 import keras
-import numpy as np
 from keras import ops
 
 from applications._classes import resolve_classes
 from applications._defaults import dtype_policy
-from applications._inputs import InputRangeCheck
 from applications._inputs import accept_any_image
 from applications._inputs import converter_for
 from applications._inputs import image_input
 from applications._losses import batch_mean
 from applications._losses import with_penalties
-from applications._predictions import CapsulePredictions
 from applications._preset import PresetMixin
 from applications._task import Task
 from applications._task import own_loss
@@ -21,15 +18,11 @@ from keras_capsules.layers import Mask
 from keras_capsules.layers import ReconstructionDecoder
 from keras_capsules.losses import MarginLoss
 from keras_capsules.losses import ReconstructionLoss
+from keras_capsules.losses import SpreadLoss
+from keras_capsules.metrics import SpreadMargin
 
 
-class CapsuleClassifier(
-    PresetMixin,
-    Task,
-    CapsulePredictions,
-    InputRangeCheck,
-    keras.Model,
-):
+class CapsuleClassifier(PresetMixin, Task, keras.Model):
     """A functional model from images to class capsules, trained on the margin loss.
 
     The images go through the `image_converter` (any size and colour to the
@@ -41,10 +34,15 @@ class CapsuleClassifier(
     the family's `BACKBONE` is built from the backbone's arguments, which
     the subclass passes on in `kwargs`. This class adds the class scores as
     `"probabilities"`, the reconstruction decoder fed the true label's
-    capsule, the loss (the margin loss of the scores, or the subclass's
-    `class_loss`, plus the scaled reconstruction loss), the metrics,
+    capsule, the loss (the margin loss of the scores, or with a
+    `spread_margin` the spread loss at the margin of the model's
+    `keras_capsules.metrics.SpreadMargin`, plus the scaled reconstruction
+    loss), the metrics,
     `decode`, `reconstruct` and the config round trip (`config` holds the
-    head's own arguments).
+    head's own arguments). The arguments every capsule classifier takes
+    (`num_classes` to `name`) are defined here once, with the vector
+    capsule networks' defaults; a subclass names in its signature only those
+    it sets otherwise and passes the rest on in `kwargs`.
     """
 
     def __init__(
@@ -53,17 +51,17 @@ class CapsuleClassifier(
         head,
         *,
         config,
-        num_classes,
-        class_names,
-        decoder_units,
-        reconstruction_weight,
-        image_converter,
-        compile,
-        dtype,
-        name,
+        num_classes=None,
+        class_names=None,
+        decoder_units=(512, 1024),
+        reconstruction_weight=0.0005,
+        image_converter=None,
+        compile=True,
+        dtype=None,
+        name=None,
         image_shape=None,
         default_classes=10,
-        class_loss=None,
+        spread_margin=None,
         **kwargs,
     ):
         num_classes, class_names = resolve_classes(num_classes, class_names, default_classes)
@@ -112,7 +110,11 @@ class CapsuleClassifier(
                 input_shape, hidden_units=decoder_units, name="decoder", dtype=policy
             )
             self.decoder.build((None, num_classes, poses.shape[-1]))
-        self.margin_loss = MarginLoss() if class_loss is None else class_loss
+        if spread_margin is None:
+            self.margin_loss = MarginLoss()
+        else:  # the margin is training state, which SpreadMarginSchedule raises
+            self.spread_margin = SpreadMargin(spread_margin, name="spread_margin")
+            self.margin_loss = SpreadLoss(margin=self.spread_margin.margin)
         self.reconstruction_loss = ReconstructionLoss(weight=reconstruction_weight)
         self.margin_loss_tracker = keras.metrics.Mean(name=self.margin_loss.name)
         if self.decoder is not None:
@@ -172,17 +174,12 @@ class CapsuleClassifier(
 
     # Inference --------------------------------------------------------------
 
-    def _prediction_inputs(self, x):
-        if isinstance(x, np.ndarray) and x.ndim == 3 and self.image_shape[-1] == 1:
-            x = x[..., None]  # (n, 28, 28) as load_data gives it: one trace for both ranks
-        return x
-
     def decode(self, poses, labels=None):
         """Reconstruct images from class capsules.
 
         Args:
-            poses: class capsules `(batch, num_classes, capsule_dim)`, e.g. from
-                `predict_poses(x)`, possibly perturbed.
+            poses: class capsules `(batch, num_classes, capsule_dim)`, e.g.
+                `model.predict(x)["poses"]`, possibly perturbed.
             labels: the capsules to decode from (class indices or one-hot);
                 `None` decodes from the longest capsule of each example.
 
@@ -195,14 +192,17 @@ class CapsuleClassifier(
         return ops.convert_to_numpy(self.decoder(self.mask(poses, labels=labels)))
 
     def reconstruct(self, x, labels=None, batch_size=100):
-        """Reconstruct images through the capsules: `decode(predict_poses(x))`."""
-        poses = self.predict_poses(x, batch_size=batch_size, verbose=0)
+        """Reconstruct images through the capsules: `decode(predict(x)["poses"])`."""
+        poses = self.predict(x, batch_size=batch_size, verbose=0)["poses"]
         return self.decode(poses, labels=labels)
 
     # Serialization ----------------------------------------------------------
 
     def _architecture_config(self):
-        return dict(self._config)
+        config = dict(self._config)
+        if config.get("spread_margin") is not None:  # the margin it is at, which a run raised
+            config["spread_margin"] = round(float(self.spread_margin.result()), 6)
+        return config
 
 
 def check_reconstruction_weight(reconstruction_weight):

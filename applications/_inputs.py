@@ -1,9 +1,6 @@
-"""The applications' images: an image converter inside the model, and a loud wrong range."""
-
-import warnings
+"""The applications' images: an image converter inside the model, any size and colour."""
 
 import keras
-import numpy as np
 
 from keras_capsules.layers import ImageConverter
 
@@ -53,58 +50,3 @@ def accept_any_image(model):
     as `(n, h, w, 1)`, as Keras takes them.
     """
     model.input_spec = keras.InputSpec(min_ndim=3, max_ndim=4, name="images")
-
-
-class InputRangeCheck:
-    """Warn once when the first NumPy batch given to `fit`, `evaluate` or `predict`
-    cannot be in the range the model's image converter expects.
-
-    With a converter `scale` the model expects raw values up to about
-    `1 / scale` (pixels in [0, 255] for `1 / 255`): negative values, or
-    values that never exceed `1 / scale` divided by 100 (images already
-    scaled to [0, 1]), warn. Without one it expects values already scaled:
-    values above 20 (raw pixels) warn. The check looks at the arrays before
-    `fit` starts, so the compiled step is untouched; `tf.data` pipelines are
-    not inspected.
-    """
-
-    def _check_input_range(self, x):
-        if getattr(self, "_input_range_checked", False):
-            return
-        images = x.get("images") if isinstance(x, dict) else x
-        if not isinstance(images, np.ndarray) or images.size == 0:
-            return
-        self._input_range_checked = True
-        sample = np.asarray(images[:1024], dtype="float64")
-        low, high = float(np.min(sample)), float(np.max(sample))
-        name = type(self).__name__
-        scale = self.image_converter.scale
-        if scale is not None:
-            top = 1.0 / scale
-            if low < 0 or 0 < high <= top / 100:
-                warnings.warn(
-                    f"{name}'s image converter multiplies its inputs by scale={scale:.6g}, so "
-                    f"it expects values in [0, {top:.6g}], but the first batch ranges over "
-                    f"[{low:.6g}, {high:.6g}]. Pass the raw pixel values, or build the model "
-                    "with image_converter=ImageConverter() if the inputs are already scaled.",
-                    stacklevel=3,
-                )
-        elif high > 20:
-            warnings.warn(
-                f"{name}'s image converter does not scale, so it expects inputs already scaled "
-                f"(about [-3, 3] or [0, 1]), but the first batch reaches {high:.6g}. For raw "
-                "pixel values build it with image_converter=ImageConverter(scale=1 / 255).",
-                stacklevel=3,
-            )
-
-    def fit(self, x=None, *args, **kwargs):
-        self._check_input_range(x)
-        return super().fit(x, *args, **kwargs)
-
-    def evaluate(self, x=None, *args, **kwargs):
-        self._check_input_range(x)
-        return super().evaluate(x, *args, **kwargs)
-
-    def predict(self, x, *args, **kwargs):
-        self._check_input_range(x)
-        return super().predict(x, *args, **kwargs)

@@ -2,13 +2,12 @@
 
 import keras
 
-from applications._inputs import InputRangeCheck
 from applications._inputs import accept_any_image
 from applications._task import Task
 from keras_capsules._validation import check_model_arguments
 
 
-class SoftmaxClassifier(Task, InputRangeCheck, keras.Model):
+class SoftmaxClassifier(Task, keras.Model):
     """A functional model from images to class probabilities, trained with cross-entropy.
 
     A subclass builds its graph from `images` to `probabilities` and hands

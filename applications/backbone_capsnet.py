@@ -17,7 +17,6 @@ from keras_capsules.layers import PrimaryCapsule
 from keras_capsules.layers import PrimaryMatrixCapsule
 from keras_capsules.layers import RandomCouplingCapsule
 from keras_capsules.layers import SelfAttentionCapsule
-from keras_capsules.losses import SpreadLoss
 
 ROUTINGS = (
     "dynamic",
@@ -83,7 +82,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
     capsule reconstructs the converted image, as in `CapsNetMNIST`; it is off
     by default because it has one output per pixel. Otherwise the model
     behaves as `CapsNetMNIST`: `fit(x, y)` with no `loss`, `predict` for the
-    scores, `predict_poses` for the class capsules, and `.keras` files that
+    scores and the class capsules, and `.keras` files that
     hold the backbone too (a custom layer of the backbone must be registered
     with Keras, as for any model).
 
@@ -120,22 +119,17 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         decoder_units: hidden layer sizes of the reconstruction decoder, e.g.
             `(512, 1024)`; `None` (default) builds none and trains on the
             margin loss alone.
-        reconstruction_weight: scale of the summed squared reconstruction
-            error (0.0005), with a decoder.
-        image_converter: a `keras_capsules.layers.ImageConverter` that brings
-            the images to `input_shape` and scales them before the backbone
-            (its unset `image_size` and `channels` are the network's); by
-            default one that scales pixels in [0, 255] to [0, 1] (a first
-            batch beyond warns). `ImageConverter()` hands the pixels over
-            unscaled, for a `keras.applications` backbone that preprocesses
-            raw pixels itself.
-        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
-            learning rate (1e-3, decayed by 0.96 every 2,000 steps), the
-            loss above and accuracy.
-        dtype: dtype policy of the head's layers, e.g. `"mixed_bfloat16"`; by
-            default the global policy (the backbone keeps its own). Routing,
-            scores and losses run in float32.
-        **kwargs: `keras.Model` arguments such as `name`.
+        name: the model's name.
+        **kwargs: the other arguments every capsule classifier takes, as
+            `CapsNet`'s: `reconstruction_weight` (0.0005, with a decoder),
+            `image_converter` (by default one that scales pixels in [0, 255]
+            to [0, 1]; `ImageConverter()` hands the pixels over unscaled, for
+            a `keras.applications` backbone that preprocesses raw pixels
+            itself), `compile` (`True`: Adam with `RECIPE`'s learning rate,
+            1e-3 decayed by 0.96 every 2,000 steps, the loss above and
+            accuracy), `dtype` (the head's layers' policy; the backbone keeps
+            its own; routing, scores and losses run in float32) and
+            `trainable`.
 
     Example:
 
@@ -151,9 +145,9 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
     ... )
     >>> model = applications.BackboneCapsNet(backbone, num_classes=5, routing="self_attention")
     >>> images = np.random.default_rng(0).integers(0, 256, (8, 32, 32, 3))
-    >>> model.predict(images, verbose=0).shape
+    >>> model.predict(images, verbose=0)["probabilities"].shape
     (8, 5)
-    >>> model.predict_poses(images, verbose=0).shape
+    >>> model.predict(images, verbose=0)["poses"].shape
     (8, 5, 16)
 
     A pretrained `keras.applications` backbone (this downloads its weights),
@@ -193,10 +187,6 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         normalize_features=True,
         spread_margin=None,
         decoder_units=None,
-        reconstruction_weight=0.0005,
-        image_converter=None,
-        compile=True,
-        dtype=None,
         name="backbone_capsnet",
         **kwargs,
     ):
@@ -251,14 +241,10 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             num_classes=num_classes,
             class_names=class_names,
             decoder_units=decoder_units,
-            reconstruction_weight=reconstruction_weight,
-            image_converter=image_converter,
-            compile=compile,
-            dtype=dtype,
             name=name,
             image_shape=input_shape,
             default_classes=None,
-            class_loss=None if spread_margin is None else SpreadLoss(margin=spread_margin),
+            spread_margin=spread_margin,
             **kwargs,
         )
         self.routing = routing

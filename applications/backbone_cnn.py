@@ -39,10 +39,8 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         image_converter: a `keras_capsules.layers.ImageConverter` that brings
             the images to `input_shape` and scales them before the backbone
             (its unset `image_size` and `channels` are the network's); by
-            default one that scales pixels in [0, 255] to [0, 1] (a first
-            batch beyond warns). `ImageConverter()` hands the pixels over
-            unscaled, for a `keras.applications` backbone that preprocesses
-            raw pixels itself.
+            default one that scales pixels in [0, 255] to [0, 1], as
+            `BackboneCapsNet`'s.
         compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
             learning rate (1e-3, decayed by 0.96 every 2,000 steps),
             sparse categorical cross-entropy and accuracy.

@@ -32,7 +32,7 @@ class BaselineCNN(SoftmaxClassifier):
 
     The model takes images with pixel values in [0, 255] of any size and
     colour (uint8 or float, `(h, w)` or `(h, w, 1)`) and converts them
-    itself; a first NumPy batch outside that range warns. It outputs
+    itself. It outputs
     class probabilities and is compiled at construction (unless
     `compile=False`) with Adam, the learning rate schedule of `CapsNet`,
     sparse categorical cross-entropy (integer labels) and accuracy.

@@ -290,7 +290,8 @@ def main(argv=None):
             good = [
                 json.dumps({"instances": images[i : i + 1].tolist()}).encode() for i in range(8)
             ]
-            expected = model.predict(images[:8].astype("float32"), verbose=0).argmax(-1).tolist()
+            expected = model.predict(images[:8].astype("float32"), verbose=0)["probabilities"]
+            expected = expected.argmax(-1).tolist()
             results["mixed"] = drive_mixed(
                 port,
                 "capsnet",

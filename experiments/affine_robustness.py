@@ -95,7 +95,10 @@ def parse_args(argv=None):
 def accuracy(model, images, labels):
     import numpy as np
 
-    probabilities = model.predict(images[..., None], batch_size=200, verbose=0)
+    from keras_capsules.serving import ServingSpec
+
+    outputs = model.predict(images[..., None], batch_size=200, verbose=0)
+    probabilities = ServingSpec.of(model).heads(outputs)[0]
     return float(np.mean(np.argmax(probabilities, axis=-1) == labels))
 
 

@@ -122,7 +122,7 @@ def main(argv=None):
 
     start = time.perf_counter()
     results = model.evaluate(test, batch_size=100, verbose=0, return_dict=True)
-    probabilities = model.predict(test["images"], batch_size=100, verbose=0)
+    probabilities = model.predict(test["images"], batch_size=100, verbose=0)["probabilities"]
     eval_seconds = time.perf_counter() - start
     top_two = np.sort(np.argsort(-probabilities, axis=1)[:, :2], axis=1)
     labels = np.sort(test["labels"], axis=1)

@@ -218,8 +218,6 @@ def training_recipe(recipe):
 
 def _build(recipe, steps_per_epoch):
     """The recipe's model, compiled with its training recipe's optimizer."""
-    import keras
-
     import applications
 
     own = training_recipe(recipe)
@@ -227,11 +225,6 @@ def _build(recipe, steps_per_epoch):
     arguments["class_names"] = _class_names(recipe)
     if "input_shape" in arguments:
         arguments["input_shape"] = tuple(arguments["input_shape"])
-    if own.spread_margin is not None:
-        start, end = own.spread_margin
-        arguments["spread_margin"] = keras.optimizers.schedules.PolynomialDecay(
-            start, recipe["epochs"] * steps_per_epoch, end_learning_rate=end
-        )
     model = getattr(applications, recipe["model"])(compile=False, **arguments)
     model.compile(optimizer=own.optimizer(steps_per_epoch))
     return model
@@ -434,7 +427,8 @@ def train(args, recipe, folder, progress):
 
     keras.utils.set_random_seed(recipe["seed"] + progress["epochs_done"])
     (x, y), (x_test, y_test) = _load(recipe)
-    batch_size = training_recipe(recipe).batch_size
+    own = training_recipe(recipe)
+    batch_size = own.batch_size
     steps_per_epoch = -(-len(x) // batch_size)
     checkpoint = os.path.join(folder, "checkpoint.keras")
     started = progress.get("start", {}).get("epochs", 0)
@@ -472,6 +466,7 @@ def train(args, recipe, folder, progress):
             initial_epoch=epoch,
             shuffle=True,
             verbose=verbose,
+            callbacks=own.callbacks(recipe["epochs"] * steps_per_epoch),
         ).history
         seconds = time.perf_counter() - began
         scores = model.evaluate(

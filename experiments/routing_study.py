@@ -324,8 +324,9 @@ class _Throughput:
 
 
 def _scores(model, x):
-    out = model.predict(x, batch_size=500, verbose=0)
-    return out["probabilities"] if isinstance(out, dict) else out
+    from keras_capsules.serving import ServingSpec
+
+    return ServingSpec.of(model).heads(model.predict(x, batch_size=500, verbose=0))[0]
 
 
 def _accuracy(model, x, y):

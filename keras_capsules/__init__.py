@@ -20,7 +20,16 @@ _choose_default()
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("callbacks", "datasets", "distribute", "layers", "losses", "ops", "routing")
+_SUBMODULES = (
+    "callbacks",
+    "datasets",
+    "distribute",
+    "layers",
+    "losses",
+    "metrics",
+    "ops",
+    "routing",
+)
 
 __all__ = [
     "callbacks",
@@ -28,6 +37,7 @@ __all__ = [
     "distribute",
     "layers",
     "losses",
+    "metrics",
     "ops",
     "routing",
     "use_pooled_cpu_allocator",

@@ -118,7 +118,7 @@ def test_export_command(tmp_path):
     served = reloaded.signatures["serving_default"](images=tf.constant(x))
     np.testing.assert_allclose(
         served["probabilities"].numpy(),
-        keras.saving.load_model(str(tmp_path / "m.keras")).predict(x, verbose=0),
+        keras.saving.load_model(str(tmp_path / "m.keras")).predict(x, verbose=0)["probabilities"],
         atol=1e-5,
     )
 
@@ -609,7 +609,7 @@ def test_train_on_a_folder_of_images_and_evaluate_by_class(tmp_path, capsys):
     assert [name for name, _ in rows] == ["circle", "square", "triangle"]
     scores = model.predict(
         np.stack([np.asarray(x) for x, _ in _folder_images(folder, (24, 24))]), verbose=0
-    )
+    )["probabilities"]
     labels = np.array([y for _, y in _folder_images(folder, (24, 24))])
     expected = float(np.mean(scores.argmax(-1) == labels))
     assert f"Accuracy: {expected:.4f} (36 images)" in printed
@@ -650,7 +650,7 @@ def test_train_from_a_preset_on_other_classes_keeps_its_backbone(tmp_path, capsy
             np.testing.assert_array_equal(got, expected)
     head = model.get_layer("digit_caps").get_weights()[0]
     assert head.shape != preset.get_layer("digit_caps").get_weights()[0].shape  # 2 classes, new
-    assert model.predict(np.zeros((1, 28, 28, 1)), verbose=0).shape == (1, 2)
+    assert model.predict(np.zeros((1, 28, 28, 1)), verbose=0)["probabilities"].shape == (1, 2)
 
 
 @pytest.mark.parametrize(

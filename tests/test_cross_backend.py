@@ -35,7 +35,7 @@ model = applications.CapsNetMNIST(
 )
 history = model.fit(data["x_train"], data["y_train"], batch_size=50, epochs=1, verbose=0)
 model.save(output + "/model.keras")
-np.save(output + "/predictions.npy", model.predict(data["x_test"], verbose=0))
+np.save(output + "/predictions.npy", model.predict(data["x_test"], verbose=0)["probabilities"])
 info = {"backend": keras.backend.backend(), "steps": int(model.optimizer.iterations)}
 info["loss"] = float(history.history["loss"][-1])
 json.dump(info, open(output + "/info.json", "w"))
@@ -101,7 +101,9 @@ def test_model_trained_elsewhere_loads_and_exports_on_tensorflow(trained, traine
     assert expected.shape == (16, 10) and np.all((expected >= 0) & (expected <= 1))
 
     model = keras.saving.load_model(str(output / "model.keras"))
-    np.testing.assert_allclose(model.predict(x_test, verbose=0), expected, atol=1e-5)
+    np.testing.assert_allclose(
+        model.predict(x_test, verbose=0)["probabilities"], expected, atol=1e-5
+    )
 
     path = export_saved_model(model, str(tmp_path / "savedmodel"), verbose=False)
     serving = tf.saved_model.load(path).signatures["serving_default"]

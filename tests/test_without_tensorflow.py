@@ -56,7 +56,7 @@ SCRIPT = textwrap.dedent(
         )
         model.compile(optimizer="adam")
         report["losses"] = model.fit(x, y, batch_size=16, verbose=0).history["loss"]
-        report["probabilities"] = model.predict(x[:2], verbose=0).tolist()
+        report["probabilities"] = model.predict(x[:2], verbose=0)["probabilities"].tolist()
         try:
             mnist.training_pipeline(x, y, batch_size=16)
             report["pipeline_error"] = None

@@ -24,12 +24,11 @@ class CapsNet(CapsuleClassifier):
     `keras_capsules.datasets.mnist.load_data()` give them (uint8 or float;
     grey images as `(h, w)` or `(h, w, 1)`): its `image_converter` resizes
     them to `input_shape`, converts grey and colour, and scales them to
-    [0, 1]. The first NumPy batch of `fit`, `evaluate` or `predict` whose
-    range cannot be the expected one gives a warning.
+    [0, 1].
 
     Its outputs are a dict: `"probabilities"` (capsule lengths, one per class)
-    and `"poses"` (the class capsules). `predict` returns the probabilities,
-    `predict_poses` the class capsules and `predict_outputs` both. The loss is the
+    and `"poses"` (the class capsules). `predict` returns both, as
+    Keras returns a dict model's outputs. The loss is the
     margin loss plus the scaled reconstruction loss, with the decoder fed the
     capsule of the true label (integer or one-hot `y`), as in the paper;
     `fit(x, y)` needs no `loss` argument. `reconstruct()` and `decode()` give
@@ -47,25 +46,26 @@ class CapsNet(CapsuleClassifier):
         iterations: routing iterations (3).
         stop_gradient: stop gradients through the inner routing iterations
             (`False`, as the paper).
-        decoder_units: hidden layer sizes of the decoder, `(512, 1024)`; `None`
-            builds no decoder and trains on the margin loss alone.
-        reconstruction_weight: scale of the reconstruction loss (0.0005).
-        image_converter: a `keras_capsules.layers.ImageConverter` that brings
-            the images to the network's size and colour and scale, inside the
-            model (its unset `image_size` and `channels` are the network's);
-            by default one that scales pixels in [0, 255] to [0, 1]. For
-            images already in [0, 1], `ImageConverter()`.
-        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
-            learning rate (1e-3, decayed by 0.96 every 2,000 steps, as the
-            official code), the loss above and accuracy.
-        dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
-            the global policy. Routing, lengths and losses run in float32.
         name: the model's name.
-        **kwargs: the backbone's arguments, `CapsNetBackbone`'s:
-            `input_shape` (`(28, 28, 1)`; 1 or 3 channels), `conv_filters`
-            (256), `conv_kernel_size` (9), `primary_capsule_types` (32),
-            `primary_capsule_dim` (8), `primary_kernel_size` (9),
-            `primary_strides` (2); and `keras.Model`'s `trainable`.
+        **kwargs: the arguments every capsule classifier takes:
+            `decoder_units`, the decoder's hidden layer sizes (`(512, 1024)`;
+            `None` builds no decoder and trains on the margin loss alone);
+            `reconstruction_weight`, the reconstruction loss's scale
+            (0.0005); `image_converter`, a `keras_capsules.layers.ImageConverter`
+            that brings the images to the network's size, colour and scale
+            inside the model (its unset `image_size` and `channels` are the
+            network's; by default one that scales pixels in [0, 255] to
+            [0, 1]; `ImageConverter()` for images already in [0, 1]);
+            `compile`, compile with `compile()`'s defaults (`True`: Adam with
+            `RECIPE`'s learning rate, 1e-3 decayed by 0.96 every 2,000 steps
+            as the official code, the loss above and accuracy); `dtype`, the
+            layers' dtype policy, e.g. `"mixed_bfloat16"` (by default the
+            global policy; routing, lengths and losses run in float32); and
+            `keras.Model`'s `trainable`. Then the backbone's,
+            `CapsNetBackbone`'s: `input_shape` (`(28, 28, 1)`; 1 or 3
+            channels), `conv_filters` (256), `conv_kernel_size` (9),
+            `primary_capsule_types` (32), `primary_capsule_dim` (8),
+            `primary_kernel_size` (9), `primary_strides` (2).
 
     Example:
 
@@ -73,7 +73,7 @@ class CapsNet(CapsuleClassifier):
     >>> import numpy as np
     >>> model = applications.CapsNet(input_shape=(32, 32, 3), class_names=["cat", "dog"])
     >>> images = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3))
-    >>> model.predict(images, verbose=0).shape
+    >>> model.predict(images, verbose=0)["probabilities"].shape
     (4, 2)
     >>> model.reconstruct(images).shape
     (4, 32, 32, 3)
@@ -96,11 +96,6 @@ class CapsNet(CapsuleClassifier):
         capsule_dim=16,
         iterations=3,
         stop_gradient=False,
-        decoder_units=(512, 1024),
-        reconstruction_weight=0.0005,
-        image_converter=None,
-        compile=True,
-        dtype=None,
         name="capsnet",
         **kwargs,
     ):
@@ -127,11 +122,6 @@ class CapsNet(CapsuleClassifier):
             },
             num_classes=num_classes,
             class_names=class_names,
-            decoder_units=decoder_units,
-            reconstruction_weight=reconstruction_weight,
-            image_converter=image_converter,
-            compile=compile,
-            dtype=dtype,
             name=name,
             **kwargs,
         )

@@ -19,10 +19,10 @@ def CapsNetMNIST(name="capsnet_mnist", **kwargs):
     `keras_capsules.datasets.mnist.load_data()` returns them (uint8 or float,
     `(28, 28)` or `(28, 28, 1)`). Its outputs are a dict: `"probabilities"`
     (capsule lengths, one per class) and `"poses"` (the class capsules).
-    `predict` returns the probabilities, `predict_poses` the class capsules
-    and `predict_outputs` both. The loss is the margin loss plus the scaled
-    reconstruction loss, with the decoder fed the capsule of the true label
-    (integer or one-hot `y`), as in the paper; `fit(x, y)` needs no `loss`
+    `predict` returns both, as Keras returns a dict model's outputs. The
+    loss is the margin loss plus the scaled reconstruction loss, with the
+    decoder fed the capsule of the true label (integer or one-hot `y`), as
+    in the paper; `fit(x, y)` needs no `loss`
     argument. `reconstruct()` and `decode()` give reconstructions from the
     longest or from chosen capsules.
 
@@ -43,7 +43,7 @@ def CapsNetMNIST(name="capsnet_mnist", **kwargs):
     >>> model.count_params()
     8215568
     >>> model.fit(x_train, y_train, epochs=1, batch_size=100)  # doctest: +SKIP
-    >>> probabilities = model.predict(x_test[:8])  # doctest: +SKIP
+    >>> probabilities = model.predict(x_test[:8])["probabilities"]  # doctest: +SKIP
 
     Reference:
         Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.

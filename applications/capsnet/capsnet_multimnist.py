@@ -163,7 +163,7 @@ class CapsNetMultiMNIST(CapsNet):
 
     def predict_digits(self, x, batch_size=100):
         """The two longest class capsules of each example: int `(n, 2)`, longest first."""
-        return _top_two(self.predict(x, batch_size=batch_size, verbose=0))
+        return _top_two(self.predict(x, batch_size=batch_size, verbose=0)["probabilities"])
 
     def reconstruct_pair(self, x, labels=None, batch_size=100):
         """Reconstruct both digits of each example, each from its own capsule alone.
@@ -179,7 +179,7 @@ class CapsNetMultiMNIST(CapsNet):
             A NumPy array `(n, 2) + input_shape` in [0, 1]: `[:, d]` is decoded
             from capsule `labels[:, d]` with every other capsule masked.
         """
-        outputs = self.predict_outputs(x, batch_size=batch_size, verbose=0)
+        outputs = self.predict(x, batch_size=batch_size, verbose=0)
         if labels is None:
             labels = _top_two(outputs["probabilities"])
         labels = np.asarray(labels)

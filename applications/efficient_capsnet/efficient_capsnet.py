@@ -30,8 +30,7 @@ class EfficientCapsNet(CapsuleClassifier):
 
     Inputs, outputs and loss are those of `CapsNet`: images with pixel
     values in [0, 255] of any size and colour, converted in the model,
-    `{"probabilities", "poses"}` outputs (`predict` gives the
-    probabilities, `predict_poses` the class capsules), and the margin loss
+    `{"probabilities", "poses"}` outputs (which `predict` returns), and the margin loss
     plus `reconstruction_weight` times the summed squared reconstruction
     error (0.0005, the paper's 0.392 times the mean over 784 pixels).
 
@@ -42,30 +41,21 @@ class EfficientCapsNet(CapsuleClassifier):
             `class_names`, or 10.
         class_names: the classes' names in label order (see `CapsNet`).
         capsule_dim: dimensions of a class capsule (16).
-        decoder_units: hidden layer sizes of the decoder, `(512, 1024)`; `None`
-            builds no decoder and trains on the margin loss alone.
-        reconstruction_weight: scale of the summed squared reconstruction
-            error (0.0005).
-        image_converter: a `keras_capsules.layers.ImageConverter` that brings
-            the images to the network's size and colour and scale, inside the
-            model (its unset `image_size` and `channels` are the network's);
-            by default one that scales pixels in [0, 255] to [0, 1]. For
-            images already in [0, 1], `ImageConverter()`.
-        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
-            learning rate (5e-4 as the paper, decayed by 0.97 per epoch as
-            the official code: every 3,750 steps, an epoch of MNIST in
-            batches of 16, unless the trainer knows the epoch's steps), the
-            loss above and accuracy.
-        dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
-            the global policy. Routing, lengths and losses run in float32.
         name: the model's name.
-        **kwargs: the backbone's arguments, `EfficientCapsNetBackbone`'s:
-            `input_shape` (`(28, 28, 1)`; 1 or 3 channels), `conv_filters`
+        **kwargs: the arguments every capsule classifier takes, as
+            `CapsNet`'s: `decoder_units` (`(512, 1024)`), `reconstruction_weight`
+            (0.0005), `image_converter`, `dtype`, `trainable` and `compile`
+            (`True`: Adam with `RECIPE`'s learning rate, 5e-4 as the paper,
+            decayed by 0.97 per epoch as the official code: every 3,750
+            steps, an epoch of MNIST in batches of 16, unless the trainer
+            knows the epoch's steps). Then the backbone's,
+            `EfficientCapsNetBackbone`'s: `input_shape` (`(28, 28, 1)`; 1 or
+            3 channels), `conv_filters`
             (`(32, 64, 64, 128)`; the last must equal
             `primary_capsule_types * primary_capsule_dim`),
             `conv_kernel_sizes` (`(5, 3, 3, 3)`), `conv_strides`
             (`(1, 1, 1, 2)`), `primary_capsule_types` (16),
-            `primary_capsule_dim` (8); and `keras.Model`'s `trainable`.
+            `primary_capsule_dim` (8).
 
     Example:
 
@@ -95,11 +85,6 @@ class EfficientCapsNet(CapsuleClassifier):
         num_classes=None,
         class_names=None,
         capsule_dim=16,
-        decoder_units=(512, 1024),
-        reconstruction_weight=0.0005,
-        image_converter=None,
-        compile=True,
-        dtype=None,
         name="efficient_capsnet",
         **kwargs,
     ):
@@ -115,11 +100,6 @@ class EfficientCapsNet(CapsuleClassifier):
             config={"capsule_dim": capsule_dim},
             num_classes=num_classes,
             class_names=class_names,
-            decoder_units=decoder_units,
-            reconstruction_weight=reconstruction_weight,
-            image_converter=image_converter,
-            compile=compile,
-            dtype=dtype,
             name=name,
             **kwargs,
         )

@@ -1,16 +1,11 @@
 import keras
-from keras import ops
 
 from applications._capsule_classifier import CapsuleClassifier
-from applications._losses import batch_mean
-from applications._losses import with_penalties
 from applications.matrix_capsnet.matrix_capsnet_backbone import MatrixCapsNetBackbone
 from applications.recipe import Recipe
-from keras_capsules._compat import keras as keras_compat
 from keras_capsules._validation import is_int
 from keras_capsules._validation import is_number
 from keras_capsules.layers import ClassMatrixCapsule
-from keras_capsules.losses import SpreadLoss
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -38,15 +33,13 @@ class MatrixCapsNet(CapsuleClassifier):
     what the model predicts with) and `"poses"` (`(batch, num_classes, 16)`,
     flattened 4x4 matrices): the scores of every classifier are named
     `"probabilities"`, and a class capsule's activation is the probability
-    that its entity is present, as the paper has it. `predict` returns the
-    activations,
-    `predict_poses` the poses and `predict_outputs` both. The loss is the
-    spread loss of the activations at the margin `spread_margin`, a number
-    or a schedule of the optimizer's step, which the loss computation reads
-    on every backend (the paper raises it from 0.2 to 0.9);
-    `fit(x, y)` needs no `loss` argument. Weight decay (2e-7, as the paper) is
-    an L2 penalty on every kernel. The margin of the current step is logged
-    as `spread_margin`.
+    that its entity is present, as the paper has it. `predict` returns both.
+    The loss is the spread loss of the activations at the margin of the
+    model's `spread_margin`, a `keras_capsules.metrics.SpreadMargin` (the
+    paper raises it from 0.2 to 0.9: `RECIPE.callbacks(steps)` gives the
+    `SpreadMarginSchedule` that does); `fit(x, y)` needs no `loss`
+    argument. Weight decay (2e-7, as the paper) is an L2 penalty on every
+    kernel. The margin of the current step is logged as `spread_margin`.
 
     Args:
         A: the paper's letter for `conv_filters`, Conv1's filters (32).
@@ -60,25 +53,21 @@ class MatrixCapsNet(CapsuleClassifier):
             `class_names`, or 10.
         class_names: the classes' names in label order (see `CapsNet`).
         coordinate_addition: add the capsules' positions to the class votes.
-        image_converter: a `keras_capsules.layers.ImageConverter` that brings
-            the images to the network's size and colour and scale, inside the
-            model (its unset `image_size` and `channels` are the network's);
-            by default one that scales pixels in [0, 255] to [0, 1]. For
-            images already in [0, 1], `ImageConverter()`.
-        spread_margin: the spread loss's margin: a number in (0, 1] (0.2), or
-            a `keras.optimizers.schedules.LearningRateSchedule` of the
-            optimizer's step, such as the paper's linear rise from 0.2 to 0.9
-            over `steps` steps, `PolynomialDecay(0.2, steps, end_learning_rate=0.9)`.
-            The attribute of the same name may be set before `fit`.
-        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
-            learning rate (3e-3, decayed by 0.96 every 2,000 steps), the
-            loss above and accuracy. `RECIPE` also raises the margin from
-            0.2 to 0.9 over a `keras-capsules train` run.
-        dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
-            the global policy. EM routing and the loss run in float32.
+        spread_margin: the spread loss's margin, a number in (0, 1] (0.2,
+            where the paper starts). The attribute of the same name holds it
+            as a `keras_capsules.metrics.SpreadMargin`, which
+            `keras_capsules.callbacks.SpreadMarginSchedule` raises during
+            `fit` and `model.spread_margin.assign(margin)` sets; the config
+            holds the margin the model is at.
         name: the model's name.
-        **kwargs: the backbone's arguments, `MatrixCapsNetBackbone`'s:
-            `input_shape` (`(28, 28, 1)`), the sizes by name, `normalization`
+        **kwargs: the arguments every capsule classifier takes but the
+            decoder's, as `CapsNet`'s: `image_converter`, `dtype` (EM routing
+            and the loss run in float32), `trainable` and `compile` (`True`:
+            Adam with `RECIPE`'s learning rate, 3e-3 decayed by 0.96 every
+            2,000 steps, the loss above and accuracy; `RECIPE` also raises the
+            margin from 0.2 to 0.9 over a `keras-capsules train` run). Then
+            the backbone's, `MatrixCapsNetBackbone`'s: `input_shape`
+            (`(28, 28, 1)`), the sizes by name, `normalization`
             (`"types_and_positions"`, the paper's text, or `"positions"`, the
             authors' code), `weight_decay` (2e-7, an L2 penalty on every
             kernel, the class capsules' too), and EM routing's settings,
@@ -88,7 +77,7 @@ class MatrixCapsNet(CapsuleClassifier):
             `R ∝ (a p) ** tau`, 0.1; 1 is the paper's E-step),
             `inverse_temperature_schedule` (`"rescaled"` or `"authors"`),
             or all five as one `keras_capsules.routing.EMSettings`,
-            `em_settings`; and `keras.Model`'s `trainable`.
+            `em_settings`.
 
     Example:
 
@@ -105,10 +94,11 @@ class MatrixCapsNet(CapsuleClassifier):
     ... )
     >>> same.count_params()
     68754
-    >>> rise = keras.optimizers.schedules.PolynomialDecay(0.2, 1000, end_learning_rate=0.9)
-    >>> model = applications.MatrixCapsNet(A=64, B=8, C=16, D=16, spread_margin=rise)
-    >>> model.predict_outputs(np.zeros((2, 28, 28, 1)), verbose=0)["probabilities"].shape
+    >>> model = applications.MatrixCapsNet(A=64, B=8, C=16, D=16)
+    >>> model.predict(np.zeros((2, 28, 28, 1)), verbose=0)["probabilities"].shape
     (2, 10)
+    >>> [type(c).__name__ for c in model.RECIPE.callbacks(steps=1000)]  # 0.2 to 0.9
+    ['SpreadMarginSchedule']
 
     Reference:
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
@@ -127,16 +117,20 @@ class MatrixCapsNet(CapsuleClassifier):
         num_classes=None,
         class_names=None,
         coordinate_addition=True,
-        image_converter=None,
         spread_margin=0.2,
-        compile=True,
-        dtype=None,
         name="matrix_capsnet",
         **kwargs,
     ):
         for letter, value, size in zip("ABCD", (A, B, C, D), _SIZES):
             if value is not None:
-                kwargs[size] = _size(letter, value, size, kwargs.get(size, 32))
+                kwargs[size] = _size(letter, value, size, kwargs.get(size))
+        no_decoder = sorted({"decoder_units", "reconstruction_weight"} & set(kwargs))
+        if no_decoder:
+            name = no_decoder[0]
+            raise ValueError(
+                f"{type(self).__name__} trains on the spread loss alone and has no decoder, so "
+                f"it takes no `{name}`. Received: {name}={kwargs[name]!r}"
+            )
 
         def head(capsules, num_classes, policy, backbone):
             return ClassMatrixCapsule(
@@ -148,102 +142,31 @@ class MatrixCapsNet(CapsuleClassifier):
                 em_settings=backbone.em_settings,
             )(capsules)
 
+        spread_margin = _checked_margin(spread_margin)
         super().__init__(
             backbone,
             head,
-            config={"coordinate_addition": coordinate_addition},
+            config={"coordinate_addition": coordinate_addition, "spread_margin": spread_margin},
             num_classes=num_classes,
             class_names=class_names,
             decoder_units=None,
             reconstruction_weight=0.0,
-            image_converter=image_converter,
-            compile=False,
-            dtype=dtype,
             name=name,
-            class_loss=SpreadLoss(),  # its name; `compute_loss` applies the margin of the step
+            spread_margin=spread_margin,
             **kwargs,
         )
-        self.spread_margin = spread_margin
-        self._optimizer_step = None  # the step a JAX training step is computing
-        self.spread_margin_tracker = keras.metrics.Mean(name="spread_margin")
-        if compile:
-            self.compile()
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        if y is None:
-            raise ValueError(f"{type(self).__name__} needs labels `y` to compute its loss.")
-        # The loss is scaled for summing across tf.distribute replicas (as Keras
-        # scales it); the tracker reports the batch's plain mean.
-        margin = self.margin_at(self._step())
-        spread = SpreadLoss(margin=margin)
-        activations = y_pred["probabilities"]
-        loss = spread(y, activations, sample_weight=sample_weight)
-        self.margin_loss_tracker.update_state(batch_mean(spread, y, activations, sample_weight))
-        self.spread_margin_tracker.update_state(margin)
-        return with_penalties(self, loss, x, y, y_pred, sample_weight, training)
-
-    # The spread margin --------------------------------------------------------
-
-    @property
-    def spread_margin(self):
-        """The spread loss's margin: a number, or a schedule of the optimizer's step."""
-        return self._spread_margin
-
-    @spread_margin.setter
-    def spread_margin(self, margin):
-        self._spread_margin = _checked_margin(margin)
-        if self.compiled:  # the compiled steps read the margin when traced: make them anew
-            self.make_train_function(force=True)
-            self.make_test_function(force=True)
-
-    def margin_at(self, step):
-        """The margin at optimizer step `step`, a float32 scalar tensor."""
-        margin = self._spread_margin
-        if isinstance(margin, keras.optimizers.schedules.LearningRateSchedule):
-            margin = margin(step)
-        return ops.cast(margin, "float32")
-
-    def _step(self):
-        if self._optimizer_step is not None:
-            return self._optimizer_step
-        if not self.compiled or self.optimizer is None:  # no optimizer: the first step
-            return 0
-        return self.optimizer.iterations
-
-    def compute_loss_and_updates(self, *args, optimizer_variables=None, **kwargs):
-        # JAX's training step: the optimizer's variables are arguments of the
-        # compiled step, not readable through `self.optimizer`, so the step the
-        # margin depends on is handed to `compute_loss` here.
-        if optimizer_variables is not None:
-            self._optimizer_step = keras_compat.optimizer_step(self.optimizer, optimizer_variables)
-        try:
-            return super().compute_loss_and_updates(
-                *args, optimizer_variables=optimizer_variables, **kwargs
-            )
-        finally:
-            self._optimizer_step = None
 
     def _architecture_config(self):
-        margin = self._spread_margin
-        if not isinstance(margin, float):
-            margin = keras.saving.serialize_keras_object(margin)
         config = super()._architecture_config()
         for key in ("decoder_units", "reconstruction_weight"):  # none: the spread loss alone
             del config[key]
-        return {**config, "spread_margin": margin}
-
-    @classmethod
-    def _from_architecture_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("spread_margin"), dict):
-            config["spread_margin"] = keras.saving.deserialize_keras_object(config["spread_margin"])
-        return super()._from_architecture_config(config)
+        return config
 
 
 def _size(letter, letter_value, name, value):
-    """A layer size given by its descriptive name or by the paper's letter, which wins."""
+    """A layer size given by the paper's letter, and perhaps (the same) by its name too."""
     if letter_value is not None:
-        if value not in (32, letter_value):  # 32: the name's default, so not given
+        if value not in (None, letter_value):
             raise ValueError(
                 f"`{name}` and `{letter}` name the same size; give one. "
                 f"Received: {name}={value!r}, {letter}={letter_value!r}"
@@ -258,20 +181,16 @@ def _size(letter, letter_value, name, value):
 
 
 def _checked_margin(margin):
-    """`margin` as a float in (0, 1] or a schedule; a `ValueError` naming it otherwise."""
+    """`margin` as a float in (0, 1]; a `ValueError` naming it otherwise."""
     if isinstance(margin, keras.optimizers.schedules.LearningRateSchedule):
-        first = float(ops.convert_to_numpy(margin(0)))
-        if not 0 < first <= 1:
-            raise ValueError(
-                "`spread_margin` must stay in (0, 1]; the schedule starts at "
-                f"{first}. Received: spread_margin={margin!r}"
-            )
-        return margin
+        raise ValueError(
+            "`spread_margin` is the margin training starts at; it rises during `fit` with "
+            "keras_capsules.callbacks.SpreadMarginSchedule (in `RECIPE.callbacks(steps)`), "
+            f"not with a schedule. Received: spread_margin={margin!r}"
+        )
     if not is_number(margin) or not 0 < margin <= 1:
         raise ValueError(
-            "`spread_margin` must be a number in (0, 1] or a "
-            "keras.optimizers.schedules.LearningRateSchedule. "
-            f"Received: spread_margin={margin!r}"
+            f"`spread_margin` must be a number in (0, 1]. Received: spread_margin={margin!r}"
         )
     return float(margin)
 

@@ -2,7 +2,8 @@ import keras
 from keras import ops
 
 from keras_capsules._steps import steps_run
-from keras_capsules.losses.spread_loss import SpreadLoss
+from keras_capsules.losses import SpreadLoss
+from keras_capsules.metrics import SpreadMargin
 
 
 class SpreadMarginSchedule(keras.callbacks.Callback):
@@ -14,20 +15,14 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
     A model compiled with `steps_per_execution=N` runs N steps per call of its
     compiled step, and the margin is updated before each call.
 
-    The margin updated is the model's `spread_margin` variable when it has one
-    (a non-trainable weight, part of the compiled state on every backend),
-    else the `margin` of each `SpreadLoss` the model was compiled with. A
-    `SpreadLoss` given a float margin gets a `keras.Variable` in its place. On
-    JAX, the compiled step sees only the model's own variables, so there only
-    a model with a `spread_margin` variable follows the schedule; the callback
-    raises a `ValueError` otherwise.
-
-    `applications.MatrixCapsNet` computes its margin from the optimizer's
-    step itself, in the compiled step on every backend. For it, this callback
-    only saves computing the number of steps: at the start of `fit` it sets
-    the model's `spread_margin` to the schedule above,
-    `keras.optimizers.schedules.PolynomialDecay(start, steps, end_learning_rate=end)`,
-    which may as well be given to the model directly.
+    The margins updated are those of the model's
+    `keras_capsules.metrics.SpreadMargin` metrics (the applications' EM
+    classifiers hold one; part of the compiled step's state on every
+    backend), else the `margin` of each `SpreadLoss` the model was compiled
+    with, which gets a `keras.Variable` in place of a float. On JAX a
+    compiled loss's margin is a constant of the compiled step, so there the
+    model needs a `SpreadMargin`; the callback raises a `ValueError`
+    otherwise.
 
     Args:
         start: margin at step 0 (0.2).
@@ -57,7 +52,6 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
         self.end = float(end)
         self.steps = steps
         self._targets = []
-        self._own_margin = False
         self._total = None
         self._step = None
         self._assigned = None
@@ -79,21 +73,8 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
                 )
             self._total = self.params["epochs"] * steps
         model = self.model
-        self._targets = []
-        self._own_margin = isinstance(getattr(model, "spread_margin", None), keras.Variable)
-        if self._own_margin:
-            return
-        if callable(getattr(model, "margin_at", None)):  # the margin is the model's own schedule
-            schedule = keras.optimizers.schedules.PolynomialDecay(
-                self.start, self._total, end_learning_rate=self.end
-            )
-            current = model.spread_margin
-            if not (
-                isinstance(current, keras.optimizers.schedules.PolynomialDecay)
-                and current.get_config() == schedule.get_config()
-            ):
-                model.spread_margin = schedule
-                model.make_train_function(force=True)  # fit made it before calling us
+        self._targets = [m.margin for m in model.metrics if isinstance(m, SpreadMargin)]
+        if self._targets:
             return
         losses = model.loss if isinstance(model.loss, (list, tuple)) else [model.loss]
         if isinstance(model.loss, dict):
@@ -102,13 +83,14 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
         if not spread:
             raise ValueError(
                 "SpreadMarginSchedule found nothing to schedule: the model has no "
-                "`spread_margin` variable and was not compiled with a SpreadLoss."
+                "keras_capsules.metrics.SpreadMargin and was not compiled with a SpreadLoss."
             )
         if keras.backend.backend() == "jax":
             raise ValueError(
-                "On the JAX backend SpreadMarginSchedule can only update a model's own "
-                "`spread_margin` variable (a SpreadLoss margin is a constant of the compiled "
-                "step). Use applications.MatrixCapsNet or give the model such a variable."
+                "On the JAX backend SpreadMarginSchedule can only update a model's "
+                "keras_capsules.metrics.SpreadMargin (a compiled SpreadLoss's margin is a "
+                "constant of the compiled step): give the model one, and compute the loss "
+                "with its margin."
             )
         for loss in spread:
             if not isinstance(loss.margin, keras.Variable):
@@ -119,18 +101,17 @@ class SpreadMarginSchedule(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch
-        if not (self._own_margin or self._targets):
+        if not self._targets:
             return
         if self._step is None:  # read here, after BackupAndRestore has restored it
             self._step = int(ops.convert_to_numpy(self.model.optimizer.iterations))
         margin = self.margin_at(self._step)
         # Assign only when the margin has moved: on JAX every assignment syncs the state.
         if self._assigned is None or abs(margin - self._assigned) >= 1e-3:
-            # The model's variable through `self.model`, which on JAX first writes the
-            # training state back into the model's variables, so that the next step
-            # starts from them, the new margin among them.
-            targets = [self.model.spread_margin] if self._own_margin else self._targets
-            for variable in targets:
+            # `self.model` first writes JAX's training state back into the model's
+            # variables, so that the next step starts from them, the new margin among them.
+            self.model  # noqa: B018
+            for variable in self._targets:
                 variable.assign(margin)
             self._assigned = margin
 

@@ -89,6 +89,7 @@ def _evaluate_images(model, args):
     from keras_capsules.cli._images import model_classes
     from keras_capsules.cli.train import check_image_folder
     from keras_capsules.datasets import image_folder
+    from keras_capsules.serving import ServingSpec
 
     args.image_size, args.color_mode = folder_size_and_colour(model, "evaluate")
     try:
@@ -104,9 +105,10 @@ def _evaluate_images(model, args):
             flush=True,
         )
     dataset, _ = image_folder.load_folder(summary, args.batch_size, shuffle=False)
+    spec = ServingSpec.of(model)
     scores, labels = [], []
     for images, folder_labels in dataset:
-        scores.append(model.predict(np.asarray(images), verbose=0))
+        scores.append(spec.heads(model.predict(np.asarray(images), verbose=0))[0])
         labels.append(np.asarray(folder_labels))
     labels = order[np.concatenate(labels)]
     predicted = np.concatenate(scores).argmax(-1)

@@ -12,11 +12,10 @@ class SpreadLoss(keras.losses.Loss):
     `L = sum_{i != t} max(0, m - (a_t - a_i))^2`: every wrong class `i` whose
     activation is not at least the margin `m` below the target's `a_t` is
     penalised quadratically. The paper raises `m` linearly from 0.2 to 0.9
-    during training: `applications.MatrixCapsNet(spread_margin=...)`
-    takes a schedule of the optimizer's step and builds this loss with the
-    step's margin, so `margin` may be a float, a scalar tensor or a scalar
-    `keras.Variable` (which `keras_capsules.callbacks.SpreadMarginSchedule`
-    raises for a model compiled with this loss).
+    during training, which `keras_capsules.callbacks.SpreadMarginSchedule`
+    does, so `margin` may be a float, a scalar tensor or a scalar
+    `keras.Variable` (`applications.MatrixCapsNet` gives it the variable of
+    its `keras_capsules.metrics.SpreadMargin`).
 
     With several targets (a multi-hot `y_true`, as MultiMNIST's pairs of
     digits) every target is held against every non-target:

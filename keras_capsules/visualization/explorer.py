@@ -155,7 +155,7 @@ class _Session:
     def encode(self, image):
         """`(lengths dict, poses (classes, dim), winner)` of one image in [0, 255]."""
         x = _common.check_images(self.model, image, single=True)
-        poses = np.asarray(self.model.predict_poses(x, verbose=0), "float32")[0]
+        poses = np.asarray(self.model.predict(x, verbose=0)["poses"], "float32")[0]
         lengths = np.linalg.norm(poses, axis=-1)
         winner = int(np.argmax(lengths))
         return dict(zip(self.class_names, lengths.astype(float).tolist())), poses, winner

@@ -64,7 +64,7 @@ def multimnist_reconstructions(model, x, labels=None, path=None, cell_inches=1.0
     x = _common.check_images(model, x)
     if model.num_classes < 2:
         raise ValueError("`model` needs at least two class capsules for two digits.")
-    outputs = model.predict_outputs(x, verbose=0)
+    outputs = model.predict(x, verbose=0)
     predicted = np.argsort(-np.asarray(outputs["probabilities"]), axis=-1)[:, :2]
     labels = predicted if labels is None else _check_pairs(model, labels, len(x))
     first = _common.to_display(model.decode(outputs["poses"], labels=labels[:, 0]))

@@ -52,7 +52,7 @@ def perturbations(model, x, dims=None, steps=PAPER_STEPS, label=None):
     _common.check_model(model)
     x = _common.check_images(model, x, single=True)
     steps = _check_steps(steps)
-    poses = np.asarray(model.predict_poses(x, verbose=0), dtype="float32")
+    poses = np.asarray(model.predict(x, verbose=0)["poses"], dtype="float32")
     capsule_dim = poses.shape[-1]
     dims = _check_dims(dims, capsule_dim)
     if label is None:

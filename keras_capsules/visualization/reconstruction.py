@@ -40,7 +40,7 @@ def reconstruction_grid(model, x, labels=None, path=None, cell_inches=1.0, dpi=1
     _common.check_dpi(dpi)
     x = _common.check_images(model, x)
     labels = _common.check_labels(model, labels, len(x))
-    outputs = model.predict_outputs(x, verbose=0)
+    outputs = model.predict(x, verbose=0)
     predicted = np.argmax(outputs["probabilities"], axis=-1)
     reconstructions = model.decode(outputs["poses"], labels=labels)
 

@@ -103,7 +103,7 @@ def routing_heatmap(
         raise ValueError(f"`max_cols` must be a positive integer. Received: max_cols={max_cols!r}")
     maps = couplings(model, x, reduce)
     image = _common.check_images(model, x, single=True)
-    lengths = np.asarray(model.predict(image, verbose=0))[0]
+    lengths = np.asarray(model.predict(image, verbose=0)["probabilities"])[0]
     predicted = int(np.argmax(lengths))
     if isinstance(classes, str):
         if classes not in ("all", "predicted"):

@@ -33,7 +33,7 @@ def test_each_routing_fits_predicts_and_round_trips(routing, tmp_path):
     history = model.fit(x, y, batch_size=4, epochs=1, verbose=0).history  # two steps
     assert np.all(np.isfinite(history["loss"])) and history["reconstruction_loss"][0] > 0
     assert ("spread_loss" if routing == "em" else "margin_loss") in history
-    outputs = model.predict_outputs(x, verbose=0)
+    outputs = model.predict(x, verbose=0)
     scores, poses = outputs["probabilities"], outputs["poses"]
     assert scores.shape == (8, 5) and poses.shape == (8, 5, 16)
     assert np.all(np.isfinite(scores)) and np.all((scores >= 0) & (scores <= 1))
@@ -70,7 +70,7 @@ def test_keras_applications_backbone_on_grey_images(tmp_path, recwarn):
     x = _images(1, n=4, shape=(28, 28))  # raw pixels, MobileNetV3 rescales them itself
     model.fit(x, np.array([0, 1, 2, 0]), epochs=1, verbose=0)
     assert not [w for w in recwarn if "image converter" in str(w.message)]
-    assert model.predict(x, verbose=0).shape == (4, 3)
+    assert model.predict(x, verbose=0)["probabilities"].shape == (4, 3)
 
     path = str(tmp_path / "mobilenet.keras")
     model.save(path)

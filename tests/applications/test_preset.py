@@ -43,7 +43,9 @@ def test_save_to_preset_round_trip(tmp_path, name):
     assert type(loaded) is type(model)
     assert loaded.get_config() == model.get_config()
     x = _images()
-    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    np.testing.assert_allclose(
+        loaded.predict(x, verbose=0)["probabilities"], model.predict(x, verbose=0)["probabilities"]
+    )
     with open(os.path.join(folder, "metadata.json")) as f:
         metadata = json.load(f)
     weights = os.path.join(folder, "model.weights.h5")
@@ -71,7 +73,9 @@ def test_a_trained_models_preset_holds_no_optimizer_state_and_loads_silently(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loaded = applications.CapsNet.from_preset(folder)
-    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    np.testing.assert_allclose(
+        loaded.predict(x, verbose=0)["probabilities"], model.predict(x, verbose=0)["probabilities"]
+    )
 
 
 def test_from_preset_of_a_base_class_and_kwargs(tmp_path):
@@ -228,7 +232,8 @@ for preset in applications.list_presets():
     if preset["name"] in names:
         model = getattr(applications, preset["model"]).from_preset(preset["name"])
         _, (x, _) = getattr(datasets, preset["data"]).load_data()
-        results[preset["name"]] = model.predict(x[:100, ..., None], batch_size=50, verbose=0)
+        outputs = model.predict(x[:100, ..., None], batch_size=50, verbose=0)
+        results[preset["name"]] = outputs["probabilities"]
 np.savez(output, **results)
 """
 
@@ -258,12 +263,12 @@ def test_shipped_presets_predict_alike_on_jax_and_pytorch(tmp_path):
         model = getattr(applications, preset["model"]).from_preset(preset["name"])
         _, (x, _) = getattr(datasets, preset["data"]).load_data()
         x = x[:100, ..., None].astype("float32")
-        expected = model.predict(x, batch_size=50, verbose=0)
+        expected = model.predict(x, batch_size=50, verbose=0)["probabilities"]
         # Float32 rounding differs between backends; how far it can move the scores
         # is the model's own: EM routing's three capsule layers turn a change of the
         # inputs by one part in a million into 2e-3 (on TensorFlow alone), the
         # vector capsule presets into less than 1e-5. Three times that, at least 1e-4.
-        nudged = model.predict(x * (1 + 1e-6), batch_size=50, verbose=0)
+        nudged = model.predict(x * (1 + 1e-6), batch_size=50, verbose=0)["probabilities"]
         tolerance = max(1e-4, 3 * float(np.abs(nudged - expected).max()))
         for backend in processes:
             with np.load(tmp_path / f"{backend}.npz") as other:

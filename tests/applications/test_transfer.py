@@ -52,7 +52,7 @@ def test_new_classes_keep_the_backbone_and_build_a_new_head(tmp_path, name):
     head = "class_caps" if name == "MatrixCapsNet" else "digit_caps"
     assert model.get_layer(head).weights[0].shape != preset.get_layer(head).weights[0].shape
     x = np.random.default_rng(0).integers(0, 256, (2, 28, 28, 1)).astype("float32")
-    assert model.predict_outputs(x, verbose=0)["poses"].shape[1] == 3
+    assert model.predict(x, verbose=0)["poses"].shape[1] == 3
     # num_classes alone: the preset's digit names do not follow.
     counted = cls.from_preset(folder, num_classes=4)
     assert counted.num_classes == 4 and counted.class_names is None
@@ -63,7 +63,9 @@ def test_the_same_classes_keep_the_whole_model_and_other_names_do_not(tmp_path):
     same = applications.CapsNet.from_preset(folder, class_names=DIGITS, input_shape=(28, 28, 1))
     assert list(same.preset_layers) == [*BACKBONES["CapsNet"], "digit_caps", "decoder"]
     x = np.random.default_rng(1).integers(0, 256, (3, 28, 28, 1)).astype("float32")
-    np.testing.assert_allclose(same.predict(x, verbose=0), preset.predict(x, verbose=0), atol=1e-6)
+    np.testing.assert_allclose(
+        same.predict(x, verbose=0)["poses"], preset.predict(x, verbose=0)["poses"], atol=1e-6
+    )
     renamed = applications.CapsNet.from_preset(folder, class_names=list("abcdefghij"))
     assert "digit_caps" not in renamed.preset_layers and renamed.class_names[0] == "a"
 

@@ -15,7 +15,7 @@ def test_the_estimate_counts_the_parameters_without_allocating_them():
     model = build()  # built for real after the estimate: its weights are values
     assert parameters == model.count_params()
     assert needed >= parameters * _memory.BYTES_PER_PARAMETER
-    assert np.all(np.isfinite(model.predict(np.zeros((1, 28, 28, 1)), verbose=0)))
+    assert np.all(np.isfinite(model.predict(np.zeros((1, 28, 28, 1)), verbose=0)["probabilities"]))
 
     # A network of a thousand times the memory is estimated in no time, and no less.
     def huge():

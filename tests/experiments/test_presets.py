@@ -65,7 +65,7 @@ def test_smoke_run_resumes_and_writes_a_preset(tmp_path):
 
     model = applications.EfficientCapsNet.from_preset(preset)
     (_, _), (x_test, _) = mnist.load_data()
-    probabilities = model.predict(x_test[:4, ..., None], verbose=0)
+    probabilities = model.predict(x_test[:4, ..., None], verbose=0)["probabilities"]
     assert probabilities.shape == (4, 10) and np.all(np.isfinite(probabilities))
 
 

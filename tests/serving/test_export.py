@@ -81,7 +81,7 @@ def test_serving_default_reproduces_the_keras_model(capsnet_export):
 
     model, path, x = capsnet_export
     served = signatures(path)["serving_default"](images=tf.constant(x))
-    expected = model.predict_outputs(x, verbose=0)
+    expected = model.predict(x, verbose=0)
     assert set(served) == {"probabilities", "classes", "labels", "poses"}
     np.testing.assert_allclose(served["probabilities"], expected["probabilities"], atol=1e-5)
     np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
@@ -141,7 +141,9 @@ def test_any_size_and_colour_is_answered_as_the_model_answers_it(capsnet_export)
     serving_default = signatures(path)["serving_default"]
     photos = images(3, (45, 33, 3), seed=2)
     served = serving_default(images=tf.constant(photos))
-    np.testing.assert_allclose(served["probabilities"], model.predict(photos, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(
+        served["probabilities"], model.predict(photos, verbose=0)["probabilities"], atol=1e-5
+    )
     rgba = np.concatenate([photos, np.full_like(photos[..., :1], 255)], axis=-1)
     np.testing.assert_allclose(
         serving_default(images=tf.constant(rgba))["probabilities"],
@@ -168,7 +170,7 @@ def test_tfsm_layer_reproduces_the_keras_model(capsnet_export):
     served = layer(x)
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(served["probabilities"]),
-        model.predict(x, verbose=0),
+        model.predict(x, verbose=0)["probabilities"],
         atol=1e-5,
     )
 
@@ -195,7 +197,9 @@ def test_saved_model_cli_shows_and_runs_it(capsnet_export, tmp_path):
     for name in ("serving_default", "reconstruct", "reconstruct_capsule", "probabilities"):
         assert name in outputs["show"][0]
     probabilities = np.load(tmp_path / "out" / "probabilities.npy")
-    np.testing.assert_allclose(probabilities, model.predict(x[:2], verbose=0), atol=1e-5)
+    np.testing.assert_allclose(
+        probabilities, model.predict(x[:2], verbose=0)["probabilities"], atol=1e-5
+    )
 
 
 @requires_tensorflow
@@ -228,7 +232,9 @@ def test_loads_without_keras_capsules(capsnet_export, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     probabilities = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
-    np.testing.assert_allclose(probabilities, model.predict(x, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(
+        probabilities, model.predict(x, verbose=0)["probabilities"], atol=1e-5
+    )
 
 
 @requires_tensorflow
@@ -240,7 +246,7 @@ def test_matrix_capsnet_norb_contract(tmp_path):
     found = signatures(export_saved_model(model, str(tmp_path / "norb"), verbose=False))
     assert set(found) == {"serving_default"}  # no decoder, no reconstruction signature
     served = found["serving_default"](images=tf.constant(x))
-    expected = model.predict_outputs(x, verbose=0)
+    expected = model.predict(x, verbose=0)
     np.testing.assert_allclose(served["probabilities"], expected["probabilities"], atol=1e-5)
     np.testing.assert_allclose(served["poses"], expected["poses"], atol=1e-5)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"with 2 channels"):
@@ -248,7 +254,7 @@ def test_matrix_capsnet_norb_contract(tmp_path):
     larger = np.random.default_rng(4).normal(size=(2, 30, 26, 2)).astype("float32")
     np.testing.assert_allclose(
         found["serving_default"](images=tf.constant(larger))["probabilities"],
-        model.predict(larger, verbose=0),
+        model.predict(larger, verbose=0)["probabilities"],
         atol=1e-5,
     )
 

@@ -146,7 +146,7 @@ def test_within_the_tolerance_or_with_the_check_off_pixels_are_answered(capsnet_
     model, path = capsnet_export["pixels"]
     images = np.full((1, 28, 28, 1), 257.0)  # 1% of the range above it
     answer = predict(_predictor(path), images)
-    expected = model.predict(images, verbose=0)
+    expected = model.predict(images, verbose=0)["probabilities"]
     np.testing.assert_allclose(answer["predictions"][0]["probabilities"], expected[0], atol=1e-5)
     answer = predict(_predictor(path, check_range=False), np.full((1, 28, 28, 1), 1e6))
     assert len(answer["predictions"]) == 1
@@ -166,7 +166,7 @@ def test_a_unit_range_model_takes_pngs_scaled_to_its_range(capsnet_export):
     pixels = np.random.default_rng(0).integers(0, 256, (28, 28, 1)).astype("uint8")
     png = base64.b64encode(tf.io.encode_png(pixels).numpy()).decode()
     answer = asyncio.run(predictor.predict({"instances": [{"b64": png}]}))
-    expected = model.predict(pixels[None].astype("float32") / 255.0, verbose=0)
+    expected = model.predict(pixels[None].astype("float32") / 255.0, verbose=0)["probabilities"]
     np.testing.assert_allclose(answer["predictions"][0]["probabilities"], expected[0], atol=1e-5)
 
 
@@ -190,7 +190,7 @@ def test_class_names_travel_to_the_servers_answers_and_metadata(tmp_path):
     served.load()
     x = np.random.default_rng(4).integers(0, 256, (5, 12, 12, 3)).astype("float32")
     rows = predict(served, x)["predictions"]
-    classes = model.predict(x, verbose=0).argmax(-1)
+    classes = model.predict(x, verbose=0)["probabilities"].argmax(-1)
     assert [row["labels"] for row in rows] == [names[c] for c in classes]
     assert [row["classes"] for row in rows] == classes.tolist()
     assert served.metadata()["metadata"]["class_names"] == names

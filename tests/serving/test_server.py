@@ -98,7 +98,7 @@ def test_predictions_for_real_mnist_match_the_keras_model(served):
     predictions = body["predictions"]
     assert len(predictions) == 20
     assert set(predictions[0]) == {"probabilities", "classes", "labels", "poses"}
-    expected = model.predict_outputs(x[:20], verbose=0)
+    expected = model.predict(x[:20], verbose=0)
     probabilities = np.array([p["probabilities"] for p in predictions])
     np.testing.assert_allclose(probabilities, expected["probabilities"], atol=1e-5)
     np.testing.assert_allclose(
@@ -115,7 +115,9 @@ def test_columnar_inputs_and_two_dimensional_images(served):
     status, body = client.predict({"inputs": x[:3, :, :, 0].tolist()})  # (28, 28) images
     assert status == 200, body
     np.testing.assert_allclose(
-        body["outputs"]["probabilities"], model.predict(x[:3], verbose=0), atol=1e-5
+        body["outputs"]["probabilities"],
+        model.predict(x[:3], verbose=0)["probabilities"],
+        atol=1e-5,
     )
 
 
@@ -130,7 +132,9 @@ def test_png_images_in_base64(served):
     status, body = client.predict({"instances": pngs})
     assert status == 200, body
     probabilities = np.array([p["probabilities"] for p in body["predictions"]])
-    np.testing.assert_allclose(probabilities, model.predict(x[:4], verbose=0), atol=1e-5)
+    np.testing.assert_allclose(
+        probabilities, model.predict(x[:4], verbose=0)["probabilities"], atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("mode", ["RGBA", "LA"])
@@ -149,7 +153,9 @@ def test_transparent_pngs_are_composited_on_black(served, mode):
     status, body = client.predict({"instances": pngs})
     assert status == 200, body
     probabilities = np.array([p["probabilities"] for p in body["predictions"]])
-    np.testing.assert_allclose(probabilities, model.predict(x[:3], verbose=0), atol=1e-5)
+    np.testing.assert_allclose(
+        probabilities, model.predict(x[:3], verbose=0)["probabilities"], atol=1e-5
+    )
 
 
 def test_reconstruction_signature(served):
@@ -255,9 +261,9 @@ def test_photos_of_any_size_and_colour_are_answered_as_the_model_answers_them(se
     rgba = photos[1].astype("float32")
     on_black = rgba[..., :3] * (rgba[..., 3:] / 255.0)  # the server composites a PNG's alpha
     expected = [
-        model.predict(photos[0][None], verbose=0)[0],
-        model.predict(on_black[None], verbose=0)[0],
-        model.predict(photos[0][None], verbose=0)[0],
+        model.predict(photos[0][None], verbose=0)["probabilities"][0],
+        model.predict(on_black[None], verbose=0)["probabilities"][0],
+        model.predict(photos[0][None], verbose=0)["probabilities"][0],
     ]
     served_probabilities = np.array([p["probabilities"] for p in body["predictions"]])
     np.testing.assert_allclose(served_probabilities, np.array(expected), atol=1e-4)
@@ -379,7 +385,7 @@ def test_slow_clients_are_cut_off_and_good_ones_keep_being_served(served):
         connection.sendall(head.encode())
         slow.append(connection)
     started = time.time()
-    expected = model.predict(x[:1], verbose=0).argmax(-1)[0]
+    expected = model.predict(x[:1], verbose=0)["probabilities"].argmax(-1)[0]
     while time.time() - started < REQUEST_TIMEOUT:  # served while the slow ones hang
         status, answer = client.predict({"instances": x[:1].tolist()})
         assert status == 200 and answer["predictions"][0]["classes"] == expected, answer
@@ -412,7 +418,7 @@ def test_clients_that_never_read_their_answer_are_cut_off(served):
         readers.append(connection)
     before = client.log_path.read_text().count("read none of its answer")
     deadline = time.time() + 60
-    expected = model.predict(x[:1], verbose=0).argmax(-1)[0]
+    expected = model.predict(x[:1], verbose=0)["probabilities"].argmax(-1)[0]
     while client.log_path.read_text().count("read none of its answer") - before < 3:
         assert time.time() < deadline, client.log_path.read_text()[-2000:]
         status, answer = client.predict({"instances": x[:1].tolist()})  # served meanwhile
@@ -435,7 +441,7 @@ def test_load_eight_clients(served, record_property):
     No 5xx, every good answer right, every bad one a 400; latencies recorded.
     """
     client, model, x, _ = served
-    expected = model.predict(x[:8], verbose=0).argmax(-1)
+    expected = model.predict(x[:8], verbose=0)["probabilities"].argmax(-1)
     bodies = [json.dumps({"instances": x[i : i + 1].tolist()}).encode() for i in range(8)]
     bad = [body for body, _ in BAD_REQUESTS.values() if not isinstance(body, bytes)]
     bad = [json.dumps(body).encode() for body in bad]

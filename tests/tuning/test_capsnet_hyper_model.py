@@ -52,10 +52,13 @@ def test_search_space_ranges():
 
 def test_defaults_are_the_papers_settings():
     defaults = CapsNetHyperModel().search_space().values
-    signature = {  # the model's arguments and its backbone's, which it hands on
-        **inspect.signature(applications.CapsNetBackbone).parameters,
-        **inspect.signature(applications.CapsNet).parameters,
-    }
+    # The model's arguments, its base classes' (which it hands the shared ones on
+    # to) and its backbone's.
+    classes = [applications.CapsNetBackbone, *reversed(applications.CapsNet.__mro__)]
+    signature = {}
+    for cls in classes:
+        if cls.__module__.startswith("applications") and "__init__" in vars(cls):
+            signature.update(inspect.signature(cls.__init__).parameters)
     recipe = applications.CapsNet.RECIPE
     for name, value in defaults.items():
         if name in ("learning_rate", "decay_rate", "max_shift"):
@@ -154,7 +157,7 @@ def test_issue_example_hyperband_search(mnist_data, tmp_path):
     (trial,) = tuner.oracle.trials.values()
     assert trial.status == "COMPLETED"
     best = tuner.get_best_models(1)[0]
-    probabilities = best.predict(x_train[150:200], verbose=0)
+    probabilities = best.predict(x_train[150:200], verbose=0)["probabilities"]
     assert probabilities.shape == (50, 10) and np.all((probabilities >= 0) & (probabilities <= 1))
     # The best model carries the trained weights: it scores what the trial recorded
     # on the validation images (the last quarter).

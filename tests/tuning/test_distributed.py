@@ -190,7 +190,7 @@ def test_chief_and_two_workers_share_trials_and_survive_failures(tmp_path, mnist
 
     model = keras.saving.load_model(os.path.join(search.output, "best_model.keras"))
     _, (x_test, y_test) = mnist_data
-    probabilities = model.predict(x_test[:100, ..., None], verbose=0)
+    probabilities = model.predict(x_test[:100, ..., None], verbose=0)["probabilities"]
     assert probabilities.shape == (100, 10)
     accuracy = float(np.mean(probabilities.argmax(axis=1) == y_test[:100]))
     assert accuracy == pytest.approx(summary["test_accuracy"], abs=1e-6)

@@ -66,7 +66,7 @@ def test_reconstruction_grid_draws_inputs_over_reconstructions(model, digits, tm
     expected = model.reconstruct(x)[..., 0]
     np.testing.assert_allclose(np.stack(drawn[4:]), expected, atol=1e-5)  # bottom row
     figure = reconstruction_grid(model, x[..., None], labels=y)
-    poses = model.predict_poses(x, verbose=0)
+    poses = model.predict(x, verbose=0)["poses"]
     np.testing.assert_allclose(
         np.stack(images_of(figure)[4:]), model.decode(poses, labels=y)[..., 0], atol=1e-5
     )
@@ -96,7 +96,7 @@ def test_perturbations_tweak_the_chosen_capsule_and_dims(model, digits):
     x, _ = digits
     images, label = perturbations(model, x[1], dims=[0, 15], steps=[-0.1, 0.0, 0.1], label=3)
     assert label == 3 and images.shape == (2, 3, 28, 28, 1)
-    poses = model.predict_poses(x[1:2], verbose=0)
+    poses = model.predict(x[1:2], verbose=0)["poses"]
     tweaked = poses.copy()
     tweaked[0, 3, 15] += 0.1
     np.testing.assert_allclose(images[1, 2], model.decode(tweaked, labels=[3])[0], atol=1e-5)
@@ -112,7 +112,7 @@ def test_multimnist_reconstructions_colour_each_digit(mnist_data, tmp_path):
     check_png(tmp_path / "mm.png", figure, (120, 180))
     composite = np.stack(images_of(figure)[3:])
     assert composite.shape == (3, 36, 36, 3)
-    poses = model.predict_poses(x, verbose=0)
+    poses = model.predict(x, verbose=0)["poses"]
     background = 0.3 * x / 255.0
     for channel in range(2):
         decoded = model.decode(poses, labels=labels[:, channel])[..., 0]
@@ -122,7 +122,7 @@ def test_multimnist_reconstructions_colour_each_digit(mnist_data, tmp_path):
     np.testing.assert_allclose(
         np.sort(np.stack(images_of(same)[3:])[..., :2], -1), np.sort(composite[..., :2], -1)
     )
-    predicted = np.argsort(-model.predict(x, verbose=0), -1)[:, :2]
+    predicted = np.argsort(-model.predict(x, verbose=0)["probabilities"], -1)[:, :2]
     default = np.stack(images_of(multimnist_reconstructions(model, x))[3:])
     decoded = model.decode(poses, labels=predicted[:, 0])[..., 0]
     np.testing.assert_allclose(default[..., 0], np.maximum(decoded, background), atol=1e-5)
@@ -152,7 +152,7 @@ def test_routing_heatmap_panels(model, digits, tmp_path):
     for k in range(10):
         np.testing.assert_allclose(drawn[k + 1], maps[..., k], atol=1e-7)
     assert np.ptp(maps) > 0  # routing made the couplings non-uniform
-    predicted = int(np.argmax(model.predict(x[:1], verbose=0)))
+    predicted = int(np.argmax(model.predict(x[:1], verbose=0)["probabilities"]))
     single = images_of(routing_heatmap(model, x[0], classes="predicted"))
     assert len(single) == 2
     np.testing.assert_allclose(single[1], maps[..., predicted], atol=1e-7)
@@ -173,7 +173,7 @@ def test_routing_statistics_plot_draws_the_statistics(model, digits, tmp_path):
     heights = np.array([patch.get_height() for patch in activity.patches])
     assert len(heights) == stats["num_parents"] == 10
     assert np.mean(heights == 0) == stats["inactive_fraction"]
-    lengths = np.linalg.norm(model.predict_poses(x, verbose=0), axis=-1)
+    lengths = np.linalg.norm(model.predict(x, verbose=0)["poses"], axis=-1)
     np.testing.assert_allclose(heights, np.mean(lengths >= 0.1, axis=0))
     # Two copies of one image send every child to the same parent.
     assert [patch.get_height() for patch in agreement.patches] == [1.0] * 4

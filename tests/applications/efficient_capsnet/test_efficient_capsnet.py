@@ -32,7 +32,7 @@ def test_paper_model_has_161824_trainable_parameters():
 def test_outputs_loss_and_fit():
     model = applications.EfficientCapsNet(**SMALL)
     x, y = _images(0), np.array([0, 1, 2, 3])
-    outputs = model.predict_outputs(x, verbose=0)
+    outputs = model.predict(x, verbose=0)
     assert outputs["probabilities"].shape == (4, 10) and outputs["poses"].shape == (4, 10, 8)
     np.testing.assert_allclose(
         outputs["probabilities"], np.linalg.norm(outputs["poses"], axis=-1), rtol=1e-4, atol=1e-4
@@ -52,7 +52,7 @@ def test_other_image_sizes_and_class_counts():
         4,
     )  # the whole 11x11 map
     x = _images(1, shape=(32, 32, 3))
-    assert model.predict(x, verbose=0).shape == (4, 5)
+    assert model.predict(x, verbose=0)["probabilities"].shape == (4, 5)
     model.fit(x, np.array([0, 1, 4, 4]), epochs=1, verbose=0)
     assert model.reconstruct(x).shape == (4, 32, 32, 3)
 

@@ -1,4 +1,4 @@
-import warnings
+import dataclasses
 
 import keras
 import numpy as np
@@ -6,6 +6,7 @@ import pytest
 
 import applications
 from keras_capsules import routing
+from keras_capsules._compile import compile_again
 from keras_capsules.callbacks import SpreadMarginSchedule
 from keras_capsules.layers import ImageConverter
 from keras_capsules.losses import SpreadLoss
@@ -124,7 +125,7 @@ def test_loss_is_the_spread_loss_at_the_model_margin_plus_weight_decay():
     x = rng.normal(size=(4, 20, 20, 2)).astype("float32")
     y = np.array([0, 1, 2, 1])
     y_pred = model(x)
-    model.spread_margin = 0.7
+    model.spread_margin.assign(0.7)
     expected = float(SpreadLoss(margin=0.7)(y, y_pred["probabilities"]))
     np.testing.assert_allclose(float(model.compute_loss(x, y, y_pred)), expected, rtol=1e-5)
     decayed = applications.MatrixCapsNet(**TINY, weight_decay=1e-2)
@@ -142,26 +143,26 @@ def test_fit_predict_and_outputs():
     history = model.fit(x, y, batch_size=8, epochs=2, verbose=0)
     assert {"loss", "spread_loss", "accuracy"} <= set(history.history)
     assert all(np.isfinite(history.history["loss"]))
-    acts = model.predict(x, verbose=0)
+    outputs = model.predict(x, verbose=0)
+    acts = outputs["probabilities"]
     assert acts.shape == (16, 3) and np.all((acts > 0) & (acts < 1))
-    assert model.predict_poses(x, verbose=0).shape == (16, 3, 16)
-    np.testing.assert_allclose(
-        model.predict_outputs(x, verbose=0)["probabilities"], acts, atol=1e-6
-    )
+    assert outputs["poses"].shape == (16, 3, 16)
 
 
 def test_keras_round_trip_needs_no_custom_objects(tmp_path):
     model = applications.MatrixCapsNet(**ONE_ITERATION)
     x = np.random.default_rng(2).normal(size=(4, 20, 20, 2)).astype("float32")
     model.fit(x, np.arange(4) % 3, epochs=1, verbose=0)
-    model.spread_margin = 0.55
+    model.spread_margin.assign(0.55)
     path = str(tmp_path / "em.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
     assert isinstance(loaded, applications.MatrixCapsNet)
     assert loaded.get_config() == model.get_config()
-    assert loaded.spread_margin == pytest.approx(0.55)
-    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    assert float(loaded.spread_margin.result()) == pytest.approx(0.55)
+    np.testing.assert_array_equal(
+        loaded.predict(x, verbose=0)["probabilities"], model.predict(x, verbose=0)["probabilities"]
+    )
     loaded.fit(x, np.arange(4) % 3, epochs=1, verbose=0)
 
 
@@ -171,7 +172,7 @@ def test_a_margin_set_after_training_reaches_the_compiled_steps():
     y = np.arange(4) % 3
     model.fit(x, y, epochs=1, verbose=0)  # compiles both steps at the first margin, 0.2
     model.evaluate(x, y, verbose=0)
-    model.spread_margin = 0.6
+    model.spread_margin.assign(0.6)
     assert model.fit(x, y, epochs=1, verbose=0).history["spread_margin"] == [pytest.approx(0.6)]
     logs = model.evaluate(x, y, verbose=0, return_dict=True)
     assert logs["spread_margin"] == pytest.approx(0.6)
@@ -188,7 +189,7 @@ def test_savedmodel_reproduces_predict(tmp_path):
         tf.constant(x)
     )
     np.testing.assert_allclose(
-        served["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-5
+        served["probabilities"].numpy(), model.predict(x, verbose=0)["probabilities"], atol=1e-5
     )
 
 
@@ -258,39 +259,31 @@ def test_learns_real_mnist_at_three_iterations(mnist_data):
     assert accuracy >= 0.70, accuracy
 
 
-def test_margin_comes_from_the_optimizer_step_inside_the_compiled_step():
-    """Every backend's compiled step reads the step (JAX's included, where it is an argument)."""
-    rise = keras.optimizers.schedules.PolynomialDecay(0.2, 4, end_learning_rate=0.9)
-    model = applications.MatrixCapsNet(**ONE_ITERATION, spread_margin=rise)
+def test_the_recipes_schedule_raises_the_margin_inside_the_compiled_step():
+    """Every backend's compiled step reads the margin the callback set (JAX's included)."""
+    model = applications.MatrixCapsNet(**ONE_ITERATION)
     assert model.count_params() == sum(int(np.prod(w.shape)) for w in model.trainable_weights)
     x = np.random.default_rng(3).normal(size=(8, 20, 20, 2)).astype("float32")
-    history = model.fit(x, np.arange(8) % 3, batch_size=4, epochs=3, verbose=0)
-    margins = [0.2 + 0.7 * min(step, 4) / 4 for step in range(6)]  # 2 steps per epoch
-    expected = [np.mean(margins[2 * e : 2 * e + 2]) for e in range(3)]
-    np.testing.assert_allclose(history.history["spread_margin"], expected, atol=1e-5)
-    # The schedule is part of the model: it survives saving, and a bad one is refused.
-    config = model.get_config()
-    assert applications.MatrixCapsNet.from_config(config).spread_margin.get_config() == (
-        rise.get_config()
+    (schedule,) = dataclasses.replace(model.RECIPE, spread_margin=(0.2, 0.9)).callbacks(steps=4)
+    compile_again(model, steps_per_execution=1)
+    history = model.fit(
+        x, np.arange(8) % 3, batch_size=4, epochs=3, verbose=0, callbacks=[schedule]
     )
+    # The margin logged is the one of each epoch's last step (2 steps per epoch).
+    expected = [0.2 + 0.7 * min(step, 4) / 4 for step in (1, 3, 5)]
+    np.testing.assert_allclose(history.history["spread_margin"], expected, atol=1e-5)
     with pytest.raises(ValueError, match="spread_margin"):
         applications.MatrixCapsNet(**TINY, spread_margin=1.5)
-    with pytest.raises(ValueError, match="spread_margin"):
+    with pytest.raises(ValueError, match="SpreadMarginSchedule"):
         applications.MatrixCapsNet(
-            **TINY, spread_margin=keras.optimizers.schedules.PolynomialDecay(0.0, 4, 0.9)
+            **TINY, spread_margin=keras.optimizers.schedules.PolynomialDecay(0.2, 4, 0.9)
         )
 
 
-def test_raw_pixels_for_a_model_without_a_scale_warn():
-    raw = np.random.default_rng(5).integers(0, 256, size=(4, 20, 20, 2)).astype("uint8")
-    with pytest.warns(UserWarning, match=r"ImageConverter\(scale=1 / 255\)"):
-        applications.MatrixCapsNet(**TINY).predict(raw, verbose=0)
+def test_the_stereo_pair_keeps_its_two_channels():
     scaling = applications.MatrixCapsNet(**dict(TINY, image_converter=None))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        scaling.predict(raw, verbose=0)
-    assert not [w for w in caught if "image converter" in str(w.message)]
     assert scaling.image_converter.channels is None  # two channels: a stereo pair, kept
+    assert scaling.image_converter.scale == pytest.approx(1 / 255)
 
 
 def test_matrix_capsnet_takes_the_papers_letters_or_descriptive_names():
@@ -313,18 +306,6 @@ def test_matrix_capsnet_takes_the_papers_letters_or_descriptive_names():
     # The letters are the backbone's sizes, which its config holds by name.
     sizes = named.get_config()["backbone"]["config"]
     assert [sizes[name] for name in ARGUMENT_NAMES] == [64, 8, 16, 16]
-
-
-def test_an_empty_batch_gives_empty_outputs():
-    model = applications.MatrixCapsNet(**ONE_ITERATION)
-    empty = np.zeros((0, 20, 20, 2), "float32")
-    assert model.predict(empty, verbose=0).shape == (0, 3)
-    assert model.predict_poses(empty, verbose=0).shape == (0, 3, 16)
-    outputs = model.predict_outputs(empty, verbose=0)
-    assert {key: value.shape[0] for key, value in outputs.items()} == dict.fromkeys(outputs, 0)
-    assert outputs["probabilities"].shape == (0, 3)
-    x = np.random.default_rng(6).normal(size=(2, 20, 20, 2)).astype("float32")
-    assert np.all(np.isfinite(model.predict(x, verbose=0)))  # and the model still answers
 
 
 def _capsule_layer(model, name):

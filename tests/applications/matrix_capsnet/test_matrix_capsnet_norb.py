@@ -15,7 +15,7 @@ def test_the_papers_configuration_for_smallnorb():
     again = applications.MatrixCapsNet.from_config(config)
     assert again.get_config() == config
     x = np.zeros((2, 32, 32, 2), "float32")
-    assert again.predict(x, verbose=0).shape == (2, 5)
+    assert again.predict(x, verbose=0)["probabilities"].shape == (2, 5)
 
 
 @pytest.mark.parametrize("kwargs", [{"input_shape": (28, 28, 1)}, {"num_classes": 10}])
