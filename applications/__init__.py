@@ -1,4 +1,8 @@
-"""Prebuilt capsule networks, ready to train with `model.fit`, and trained presets of them."""
+"""Prebuilt capsule networks, ready to train with `model.fit`, and trained presets of them.
+
+`CapsNetHyperModel` and `MatrixCapsNetHyperModel`, the papers' networks for
+keras-tuner, are imported on first use: they need the `tune` extra.
+"""
 
 from applications._preset import PresetMixin
 from applications._preset import list_presets
@@ -38,4 +42,20 @@ __all__ = [
     "Recipe",
     "list_presets",
     "preset_metadata",
+    "CapsNetHyperModel",
+    "MatrixCapsNetHyperModel",
 ]
+
+_HYPERMODELS = {
+    "CapsNetHyperModel": "applications.capsnet.capsnet_hyper_model",
+    "MatrixCapsNetHyperModel": "applications.matrix_capsnet.matrix_capsnet_hyper_model",
+}
+
+
+def __getattr__(name):
+    """Import a hypermodel on first use (PEP 562): they need keras-tuner."""
+    if name in _HYPERMODELS:
+        import importlib
+
+        return getattr(importlib.import_module(_HYPERMODELS[name]), name)
+    raise AttributeError(f"module 'applications' has no attribute {name!r}")

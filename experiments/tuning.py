@@ -110,9 +110,9 @@ def run(args):
     import keras
     import keras_tuner as kt
 
+    from applications import CapsNetHyperModel
+    from applications import MatrixCapsNetHyperModel
     from keras_capsules.datasets import mnist
-    from keras_capsules.tuning import CapsNetHyperModel
-    from keras_capsules.tuning import MatrixCapsNetHyperModel
     from keras_capsules.tuning import best_trials_table
     from keras_capsules.tuning import create_tuner
 

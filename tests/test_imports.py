@@ -111,3 +111,30 @@ def test_the_check_tells_private_imports_apart():
         (4, "keras_capsules.ops._scaled"),
         (7, "keras_capsules.layers._em_capsule.EMCapsule"),
     ]
+
+
+def imports_of(source, top):
+    """`(line, module)` of each import in `source` of the package `top`, even in a function."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        found.extend((node.lineno, name) for name in names if name.split(".")[0] == top)
+    return found
+
+
+def test_the_library_never_imports_the_applications():
+    # The commands and the hypermodels get the models from a catalog the
+    # applications declare (keras_capsules.cli.catalog); doctests may import them.
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in sorted((ROOT / "keras_capsules").rglob("*.py"))
+        for line, name in imports_of(path.read_text(encoding="utf-8"), "applications")
+    ]
+    assert not offenders, "keras_capsules imports applications:\n" + "\n".join(offenders)
+    source = "def f():\n    import applications.capsnet\n    from applications import CapsNet\n"
+    assert imports_of(source, "applications") == [(2, "applications.capsnet"), (3, "applications")]

@@ -10,9 +10,10 @@
     keras-capsules explore runs/mnist/model.keras
 
 Each subcommand is a module of this package (`train`, `evaluate`, `export`,
-`serve`, `figures`, `explore`, `tune`) with `add_parser(commands)`, its
-arguments, and `run(args)`, its work. Keras and TensorFlow are imported by
-`run` only, so that `--help` and usage errors come at once.
+`serve`, `figures`, `explore`, `tune`) with `add_parser(commands, catalog)`,
+its arguments, and `run(args)`, its work. The models the commands build and
+load come from a `keras_capsules.cli.catalog.Catalog` that the installed
+models declare (`applications` does), so that this package names none.
 """
 
 import os
@@ -20,7 +21,7 @@ import os
 __all__ = ["main"]
 
 
-def main(argv=None):
+def main(argv=None, catalog=None):
     """Run the `keras-capsules` command with the arguments `argv`.
 
     TensorFlow's C++ info logs are left out (`TF_CPP_MIN_LOG_LEVEL=1`) unless
@@ -32,6 +33,9 @@ def main(argv=None):
     Args:
         argv: the arguments after `keras-capsules`, as a list of strings;
             `None` reads `sys.argv[1:]`.
+        catalog: the `keras_capsules.cli.catalog.Catalog` of the models the
+            commands offer; `None` loads the one the installed distributions
+            declare (`applications.applications_catalog.CATALOG`).
 
     Returns:
         The exit status, 0 on success. A usage error exits through argparse
@@ -48,9 +52,13 @@ def main(argv=None):
     """
     from keras_capsules.cli._parser import COMMANDS
     from keras_capsules.cli._parser import build_parser
+    from keras_capsules.cli.catalog import installed_catalog
 
-    args = build_parser().parse_args(argv)
     # TensorFlow's C++ info logs (the CPU features it was not built for, ...) stay out
-    # of the command's output unless the user sets TF_CPP_MIN_LOG_LEVEL.
+    # of the command's output unless the user sets TF_CPP_MIN_LOG_LEVEL; loading the
+    # catalog imports the models, and TensorFlow with them.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    catalog = installed_catalog() if catalog is None else catalog
+    args = build_parser(catalog).parse_args(argv)
+    args.catalog = catalog
     return COMMANDS[args.command].run(args)

@@ -9,12 +9,10 @@ DEFAULT_PRESET = "capsnet_mnist"
 def load_model(path):
     """The model saved at `path`; a missing, corrupt or unloadable file ends the command.
 
-    Imports `applications` first, which registers the prebuilt models' classes
-    (and the layers and losses of `keras_capsules` they use) for deserialization.
+    The command's catalog, loaded before, registered the models' classes (and
+    the layers and losses of `keras_capsules` they use) for deserialization.
     """
     import keras
-
-    import applications  # noqa: F401  (registers the application classes)
 
     if not os.path.exists(path):
         raise SystemExit(f"keras-capsules: no model at {path}")
@@ -55,12 +53,10 @@ def load_model_or_preset(args, command):
         raise SystemExit(f"keras-capsules {command}: give a model_path or --preset, not both")
     if args.model_path is not None:
         return load_model(args.model_path), None
-    import applications
-
     preset = args.preset or DEFAULT_PRESET
     try:
-        metadata = applications.preset_metadata(preset)
-        model = applications.PresetMixin.from_preset(preset)
+        metadata = args.catalog.preset_metadata(preset)
+        model = args.catalog.from_preset(preset)
     except (ValueError, ImportError, OSError) as error:
         raise SystemExit(f"keras-capsules {command}: preset {preset!r}: {error}") from None
     return model, (metadata.get("data") or {}).get("name")

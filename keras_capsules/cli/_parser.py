@@ -26,12 +26,16 @@ COMMANDS = {
 }
 
 
-def build_parser():
-    """The parser of `keras-capsules`; `args.command` names the subcommand's module."""
+def build_parser(catalog):
+    """The parser of `keras-capsules`; `args.command` names the subcommand's module.
+
+    `catalog` (a `keras_capsules.cli.catalog.Catalog`) names the architectures
+    and hypermodels `train` and `tune` take.
+    """
     parser = argparse.ArgumentParser(
         prog="keras-capsules", description="Train, evaluate, export and serve capsule networks."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     for module in COMMANDS.values():
-        module.add_parser(commands)
+        module.add_parser(commands, catalog)
     return parser

@@ -21,6 +21,7 @@ from keras_capsules._compat import keras as keras_compat
 # Options that do not change what a run trains: they may differ between the
 # sessions of one run.
 SESSION_OPTIONS = (
+    "catalog",
     "command",
     "epochs",
     "output",

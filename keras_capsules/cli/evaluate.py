@@ -23,7 +23,7 @@ from keras_capsules.cli._types import image_folder_argument
 from keras_capsules.cli._types import positive_int
 
 
-def add_parser(commands):
+def add_parser(commands, catalog):
     """Add the `evaluate` subcommand and its arguments to `commands` (argparse subparsers)."""
     evaluate = commands.add_parser(
         "evaluate", help="evaluate a saved .keras model or a preset on its test set"

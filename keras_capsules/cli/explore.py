@@ -16,7 +16,7 @@ from keras_capsules.cli._model import load_model_or_preset
 from keras_capsules.cli._types import positive_int
 
 
-def add_parser(commands):
+def add_parser(commands, catalog):
     """Add the `explore` subcommand and its arguments to `commands` (argparse subparsers)."""
     explore = commands.add_parser(
         "explore",

@@ -22,7 +22,7 @@ FORMATS = ("saved_model", "onnx", "litert")
 SUFFIXES = {"onnx": ".onnx", "litert": ".tflite"}
 
 
-def add_parser(commands):
+def add_parser(commands, catalog):
     """Add the `export` subcommand and its arguments to `commands` (argparse subparsers)."""
     export = commands.add_parser(
         "export", help="export a saved .keras model as a SavedModel, ONNX or LiteRT file"

@@ -20,7 +20,7 @@ KINDS = ("reconstructions", "dimensions", "multimnist", "routing", "routing_stat
 FILES = {kind: f"{kind}.png" for kind in KINDS}
 
 
-def add_parser(commands):
+def add_parser(commands, catalog):
     """Add the `figures` subcommand and its arguments to `commands` (argparse subparsers)."""
     figures = commands.add_parser(
         "figures", help="draw the paper's figures for a trained model as PNG files"

@@ -9,7 +9,7 @@ Serves the highest version under the folder `export` wrote
 from keras_capsules.cli._types import positive_int
 
 
-def add_parser(commands):
+def add_parser(commands, catalog):
     """Add the `serve` subcommand and its arguments to `commands` (argparse subparsers)."""
     serve = commands.add_parser(
         "serve", help="serve an exported model with TF Serving's REST API (KServe)"

@@ -61,22 +61,14 @@ from keras_capsules.cli._types import positive_int
 from keras_capsules.cli._types import tempering
 from keras_capsules.cli._types import unit_fraction
 
-MODELS = {
-    "capsnet": "CapsNet",
-    "efficient-capsnet": "EfficientCapsNet",
-    "matrix-capsnet": "MatrixCapsNet",
-}
-"""The architectures `train` builds, by the name the command takes."""
 DATA = ("mnist", "fashion-mnist", "smallnorb")
 
 
 def recipe(args):
-    """The `applications.Recipe` of the architecture `args.model`, with `--learning-rate`."""
+    """The `Recipe` of the architecture `args.model` (the catalog's), with `--learning-rate`."""
     import dataclasses
 
-    import applications
-
-    own = getattr(applications, MODELS[args.model]).RECIPE
+    own = args.catalog.model_class(args.model).RECIPE
     if getattr(args, "learning_rate", None) is None:
         return own
     return dataclasses.replace(own, learning_rate=args.learning_rate)
@@ -111,17 +103,16 @@ def resolve_defaults(args):
     return args
 
 
-def add_parser(commands):
+def add_parser(commands, catalog):
     """Add the `train` subcommand and its arguments to `commands` (argparse subparsers)."""
     train = commands.add_parser(
         "train", help="train a capsule network on a data set or on a folder of your images"
     )
+    architectures = catalog.architectures()
     train.add_argument(
         "model",
-        choices=tuple(MODELS),
-        help="capsnet: applications.CapsNet (dynamic routing); efficient-capsnet: "
-        "applications.EfficientCapsNet (self-attention routing); matrix-capsnet: "
-        "applications.MatrixCapsNet (EM routing)",
+        choices=tuple(architectures),
+        help="; ".join(f"{name}: {text}" for name, text in architectures.items()),
     )
     _add_run_options(train.add_argument_group("training run"))
     _add_image_options(train.add_argument_group("your own images (--images)"))
@@ -307,16 +298,15 @@ def _add_em_options(group):
     )
 
 
-def _build_model(args, steps_per_epoch, spec, em_settings=None):
+def _build_model(args, steps_per_epoch, spec, sizes):
     """The model `args` ask for, for the data `spec` describes (its shape, classes, scale).
 
-    `em_settings` is the `EMSettings` of `_em_settings(args)`, for matrix-capsnet.
+    `sizes` are the architecture's own arguments, `_model_arguments(args)`.
     """
-    import applications
     from keras_capsules.cli._memory import check_fits
     from keras_capsules.layers import ImageConverter
 
-    cls = getattr(applications, MODELS[args.model])
+    cls = args.catalog.model_class(args.model)
     arguments = {
         "input_shape": spec["input_shape"],
         "class_names": spec["class_names"],
@@ -336,21 +326,7 @@ def _build_model(args, steps_per_epoch, spec, em_settings=None):
             flush=True,
         )
     else:
-        if args.model == "capsnet":
-            arguments.update(
-                iterations=args.iterations,
-                conv_filters=args.conv_filters,
-                primary_capsule_types=args.primary_capsule_types,
-            )
-        elif args.model == "matrix-capsnet":
-            arguments.update(
-                A=args.A,
-                B=args.B,
-                C=args.C,
-                D=args.D,
-                normalization=args.normalization,
-                em_settings=em_settings,
-            )
+        arguments.update(sizes)
         try:
             check_fits(lambda: cls(**arguments), args.batch_size)
             model = cls(**arguments)
@@ -363,18 +339,10 @@ def _build_model(args, steps_per_epoch, spec, em_settings=None):
     return model
 
 
-def _em_settings(args):
-    """EM routing's settings from the options, checked once: a bad one stops the run unstarted."""
-    from keras_capsules.routing import EMSettings
-
+def _model_arguments(args):
+    """The architecture's arguments the options set, checked once: a bad one stops the run."""
     try:
-        return EMSettings(
-            iterations=args.iterations,
-            inverse_temperature=args.inverse_temperature,
-            variance_epsilon=args.variance_epsilon,
-            tempering=args.tempering,
-            inverse_temperature_schedule=args.inverse_temperature_schedule,
-        )
+        return args.catalog.model_arguments(args.model, args)
     except ValueError as error:
         raise SystemExit(f"keras-capsules {args.command}: {error}") from None
 
@@ -539,7 +507,7 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
 def run(args):
     """Run `keras-capsules train` with parsed arguments; return the exit status."""
     resolve_defaults(args)
-    em_settings = _em_settings(args) if args.model == "matrix-capsnet" else None
+    sizes = _model_arguments(args)
     summary = None
     if args.images is not None:  # every image checked before anything is written
         try:
@@ -573,7 +541,7 @@ def run(args):
     with _training.locked(args.output):  # one run at a time in a folder
         try:
             _remove_stale(args.output)
-            return _run(args, summary, em_settings)
+            return _run(args, summary, sizes)
         except OSError as error:  # a full disk, a folder gone: one line, the backup kept
             where = final_path(error.filename) if error.filename else args.output
             raise SystemExit(
@@ -635,7 +603,7 @@ def _worker_folder(args):
     return None if index == 0 else os.path.join(args.output, f".worker-{index}")
 
 
-def _run(args, summary, em_settings):
+def _run(args, summary, sizes):
     import keras
 
     from keras_capsules._compile import compile_again
@@ -668,7 +636,7 @@ def _run(args, summary, em_settings):
                 print(f"Continuing the finished run from epoch {finished + 1}", flush=True)
                 model = load_model(os.path.join(args.output, "model.keras"))
             else:
-                model = _build_model(args, -(-train_count // batch_size), spec, em_settings)
+                model = _build_model(args, -(-train_count // batch_size), spec, sizes)
             steps_per_execution = 1 if _multi_process(args) else args.steps_per_execution
             if steps_per_execution not in (None, model.steps_per_execution):
                 compile_again(model, steps_per_execution=steps_per_execution)

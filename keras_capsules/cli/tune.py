@@ -8,7 +8,6 @@ The search is `keras_capsules.tuning`'s (`create_tuner`, the hypermodels); a
 chief runs the oracle for remote workers, which run the trials.
 """
 
-import argparse
 import json
 import os
 import time
@@ -24,16 +23,20 @@ from keras_capsules.cli._types import positive_int
 from keras_capsules.cli.train import recipe
 
 DEFAULT_ORACLE = "127.0.0.1:8000"
-MODELS = ("capsnet", "matrix-capsnet")
 ENVIRONMENT = ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT")
 
 
-def add_parser(commands):
+def add_parser(commands, catalog):
     """Add the `tune` subcommand and its arguments to `commands` (argparse subparsers)."""
     tune = commands.add_parser(
         "tune", help="search hyperparameters with keras-tuner, on one machine or chief + workers"
     )
-    tune.add_argument("model", choices=MODELS)
+    hypermodels = catalog.hypermodels()
+    tune.add_argument(
+        "model",
+        choices=tuple(hypermodels),
+        help="; ".join(f"{name}: {text}" for name, text in hypermodels.items()),
+    )
     _add_search_options(tune.add_argument_group("search"))
     _add_data_options(tune.add_argument_group("data"))
     _add_distributed_options(tune.add_argument_group("distributed search (chief and workers)"))
@@ -120,6 +123,7 @@ SEARCH_FILE = "search.json"
 # Options that do not change what the search's trials train: they may differ between
 # the sessions of one search (more --max-trials continues it).
 SESSION_OPTIONS = (
+    "catalog",
     "command",
     "max_trials",
     "output",
@@ -144,7 +148,7 @@ def _search_options(args):
     options = {k: v for k, v in sorted(vars(args).items()) if k not in SESSION_OPTIONS}
     options["fixed"] = sorted(args.fixed)
     if options["batch_size"] is None:
-        options["batch_size"] = recipe(argparse.Namespace(model=args.model)).batch_size
+        options["batch_size"] = recipe(args).batch_size
     return json.loads(json.dumps(options))
 
 
@@ -252,17 +256,6 @@ def _configure_environment(args):
     return process_role()
 
 
-def _hypermodel(args):
-    from keras_capsules.tuning import CapsNetHyperModel
-    from keras_capsules.tuning import MatrixCapsNetHyperModel
-
-    if args.model == "capsnet":
-        return CapsNetHyperModel(input_shape=(28, 28, 1), num_classes=10, batch_size=100)
-    return MatrixCapsNetHyperModel(
-        input_shape=(28, 28, 1), num_classes=10, scale=1.0 / 255.0, batch_size=32
-    )
-
-
 def _check(args):
     # Each value is checked as argparse reads it (`_types`); this pair only together.
     if not args.heartbeat_seconds < args.lease_seconds:
@@ -300,7 +293,7 @@ def _run(args, role):
 
     if args.seed is not None:
         keras.utils.set_random_seed(args.seed)
-    hypermodel = _hypermodel(args)
+    hypermodel = args.catalog.hypermodel(args.model)
     hyperparameters = _fixed(hypermodel, args.fixed)
     project_dir = os.path.join(args.output, "search")
     overwrite = args.overwrite and role != "worker"  # only the chief or a lone tuner starts anew

@@ -101,7 +101,7 @@ class _TunerMixin:
             self.oracle = _worker_client(local_oracle, idle_seconds=poll_seconds)
 
     def _populate_initial_space(self):
-        from keras_capsules.tuning._base import CapsuleHyperModel
+        from keras_capsules.tuning.capsule_hyper_model import CapsuleHyperModel
 
         if not isinstance(self.hypermodel, CapsuleHyperModel):
             return super()._populate_initial_space()
@@ -215,7 +215,7 @@ def create_tuner(
 
     Example:
 
-    >>> from keras_capsules.tuning import CapsNetHyperModel, best_trials_table, create_tuner
+    >>> from applications import CapsNetHyperModel, best_trials_table, create_tuner
     >>> tuner = create_tuner(CapsNetHyperModel(), "hyperband", max_trials=20,
     ...                      max_epochs=3, directory="runs/tune")  # doctest: +SKIP
     >>> tuner.search(x_train, y_train, validation_split=0.1)  # doctest: +SKIP

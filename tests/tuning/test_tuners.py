@@ -8,8 +8,8 @@ import keras
 import keras_tuner as kt
 import pytest
 
+from applications import CapsNetHyperModel
 from keras_capsules import cli
-from keras_capsules.tuning import CapsNetHyperModel
 from keras_capsules.tuning import best_trials_table
 from keras_capsules.tuning import create_tuner
 from tests.tuning.helpers import TINY_CAPSNET

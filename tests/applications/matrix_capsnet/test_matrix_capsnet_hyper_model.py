@@ -4,9 +4,9 @@ import keras
 import pytest
 
 import applications
+from applications import MatrixCapsNetHyperModel
 from keras_capsules import routing
 from keras_capsules.callbacks import SpreadMarginSchedule
-from keras_capsules.tuning import MatrixCapsNetHyperModel
 from tests.tuning.helpers import TINY_MATRIX
 from tests.tuning.helpers import FitRecorder
 from tests.tuning.helpers import fixed

@@ -1,8 +1,9 @@
 import dataclasses
 
+from applications.capsnet.capsnet import CapsNet
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_int
-from keras_capsules.tuning._base import CapsuleHyperModel
+from keras_capsules.tuning import CapsuleHyperModel
 
 
 class CapsNetHyperModel(CapsuleHyperModel):
@@ -60,7 +61,7 @@ class CapsNetHyperModel(CapsuleHyperModel):
     Example:
 
     >>> import keras_tuner as kt
-    >>> from keras_capsules.tuning import CapsNetHyperModel
+    >>> from applications import CapsNetHyperModel
     >>> hypermodel = CapsNetHyperModel(input_shape=(28, 28, 1), num_classes=10)
     >>> hypermodel.build(kt.HyperParameters()).count_params()
     8215568
@@ -139,11 +140,9 @@ class CapsNetHyperModel(CapsuleHyperModel):
 
     def build(self, hp):
         """Build a compiled `applications.CapsNet` from the hyperparameters `hp`."""
-        import applications
-
         values = self._values(hp)
         schedule = {key: values.pop(key) for key in ("learning_rate", "decay_rate")}
-        model = applications.CapsNet(
+        model = CapsNet(
             input_shape=self.input_shape,
             num_classes=self.num_classes,
             conv_kernel_size=self.conv_kernel_size,

@@ -1,4 +1,4 @@
-"""What the two hypermodels share: argument checks and `fit` with the shift augmentation."""
+"""The base of the capsule networks' hypermodels: argument checks, `fit` with shifted images."""
 
 import math
 
@@ -17,11 +17,28 @@ def check_fraction(name, value, low=0.0, high=1.0):
 
 
 class CapsuleHyperModel(kt.HyperModel):
-    """Base of the capsule network hypermodels (not public; see the subclasses).
+    """The base of the capsule networks' hypermodels, e.g. `applications.CapsNetHyperModel`.
 
     Subclasses define `METRICS` (what the built models report in `fit`),
     `declare_hyperparameters(hp)` (the whole search space, `max_shift` through
-    `self._max_shift(hp)`) and `build(hp)`.
+    `self._max_shift(hp)`) and `build(hp)`; `fit` trains on images shifted by
+    up to `hp["max_shift"]` pixels, as the papers augment MNIST.
+
+    Args:
+        input_shape: the images' shape, `(height, width, channels)`.
+        num_classes: the number of classes (at least 2).
+        batch_size: examples per training step.
+        name: the hypermodel's name.
+        tunable: whether keras-tuner may tune its hyperparameters.
+
+    Example:
+
+    >>> from keras_capsules.tuning import CapsuleHyperModel
+    >>> CapsuleHyperModel.objectives()
+    ('loss', 'accuracy', 'val_loss', 'val_accuracy')
+
+    Reference:
+        Sabour, Frosst, Hinton. Dynamic Routing Between Capsules. NIPS 2017.
     """
 
     METRICS = ("loss", "accuracy")
@@ -94,11 +111,14 @@ class CapsuleHyperModel(kt.HyperModel):
         Args:
             hp: the trial's `keras_tuner.HyperParameters`.
             model: the model `build(hp)` returned.
-            x, y: training images and labels, or a dataset as `x`.
+            x: training images, or a dataset.
+            y: training labels (none with a dataset).
             batch_size: examples per batch (the hypermodel's `batch_size` if
                 `None`).
-            epochs, initial_epoch, validation_data, callbacks: as in
-                `keras.Model.fit`.
+            epochs: as in `keras.Model.fit`.
+            initial_epoch: as in `keras.Model.fit`.
+            validation_data: as in `keras.Model.fit`.
+            callbacks: as in `keras.Model.fit`.
             validation_split: fraction of `x`, `y` held out for validation.
             shuffle: reshuffle the training examples every epoch.
             seed: seed of the shuffle and the shifts.

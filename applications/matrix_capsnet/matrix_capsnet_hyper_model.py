@@ -1,5 +1,6 @@
 import dataclasses
 
+from applications.matrix_capsnet.matrix_capsnet import MatrixCapsNet
 from keras_capsules import _positions
 from keras_capsules import routing
 from keras_capsules._validation import check_choice
@@ -7,7 +8,7 @@ from keras_capsules._validation import check_positive
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_number
 from keras_capsules.layers import ImageConverter
-from keras_capsules.tuning._base import CapsuleHyperModel
+from keras_capsules.tuning import CapsuleHyperModel
 
 
 class MatrixCapsNetHyperModel(CapsuleHyperModel):
@@ -71,7 +72,7 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
     Example:
 
     >>> import keras_tuner as kt
-    >>> from keras_capsules.tuning import MatrixCapsNetHyperModel
+    >>> from applications import MatrixCapsNetHyperModel
     >>> hypermodel = MatrixCapsNetHyperModel(input_shape=(28, 28, 1), num_classes=10,
     ...                                      scale=1 / 255)
     >>> tuner = kt.RandomSearch(hypermodel, objective="val_accuracy", max_trials=10,
@@ -160,11 +161,9 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
 
     def build(self, hp):
         """Build a compiled `applications.MatrixCapsNet` from the hyperparameters `hp`."""
-        import applications
-
         values = self._values(hp)
         schedule = {key: values.pop(key) for key in ("learning_rate", "decay_rate")}
-        model = applications.MatrixCapsNet(
+        model = MatrixCapsNet(
             input_shape=self.input_shape,
             num_classes=self.num_classes,
             coordinate_addition=self.coordinate_addition,

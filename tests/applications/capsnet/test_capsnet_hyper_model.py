@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import applications
-from keras_capsules.tuning import CapsNetHyperModel
+from applications import CapsNetHyperModel
 from tests.tuning.helpers import TINY_CAPSNET
 from tests.tuning.helpers import FitRecorder
 from tests.tuning.helpers import fixed
