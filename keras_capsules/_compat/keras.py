@@ -1,8 +1,8 @@
 """Keras's internals: backups written whole, nested layers, models built unallocated.
 
 `keras-capsules train` writes `BackupAndRestore`'s files whole or not at all
-(a full disk must not leave a half-written HDF5 file): it overrides the
-callback's `_save_model`, reads the names of the files and of the epoch and
+(a full disk must not leave a half-written HDF5 file): `backup_and_restore`
+overrides the callback's `_save_model`, reads the names of the files and of the epoch and
 batch it records (`BACKUP_ATTRIBUTES`), and builds the weights file in memory
 with Keras's saving library (`weights_file_bytes`).
 
@@ -18,6 +18,9 @@ to close would allocate them.
 
 import contextlib
 import io
+import json
+import os
+import shutil
 
 from keras_capsules._compat import changed
 from keras_capsules._compat import internal
@@ -72,6 +75,47 @@ def check_backup_and_restore(callback):
     for name in BACKUP_ATTRIBUTES:
         if not hasattr(callback, name):
             raise changed(_LIBRARY, f"keras.callbacks.BackupAndRestore.{name}")
+
+
+def backup_and_restore(backup_dir):
+    """Keras's `BackupAndRestore` into `backup_dir`, its files made in memory and renamed.
+
+    Keras writes the weights with HDF5 straight into `latest.weights.h5`: on a
+    full disk that leaves a truncated file, and HDF5 a file it can neither
+    flush nor close, which it reports as it is collected and on which it
+    crashes the interpreter at exit. Here the weights file is made in memory
+    and each file (the weights, the metadata, their `.bkp` copies) is written
+    under a temporary name and renamed into place: a failed write leaves the
+    previous epoch's backup whole and raises a plain `OSError`.
+    """
+    import keras
+
+    from keras_capsules._atomic import replacing
+    from keras_capsules._atomic import write_bytes
+
+    class BackupAndRestore(keras.callbacks.BackupAndRestore):
+        """Keras's `BackupAndRestore`, each file written whole or not at all."""
+
+        def _save_model(self):
+            check_backup_and_restore(self)
+            weights = weights_file_bytes(self.model)
+            metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
+            made = not os.path.isdir(self.backup_dir)
+            os.makedirs(self.backup_dir, exist_ok=True)
+            try:
+                if self.double_checkpoint:
+                    for path in (self._weights_path, self._training_metadata_path):
+                        if os.path.exists(path):
+                            with replacing(f"{path}.bkp") as temporary:
+                                shutil.copyfile(path, temporary)
+                write_bytes(self._weights_path, weights)
+                write_bytes(self._training_metadata_path, json.dumps(metadata).encode())
+            except BaseException:
+                if made:  # an empty backup would stand for a run interrupted before an epoch
+                    shutil.rmtree(self.backup_dir, ignore_errors=True)
+                raise
+
+    return BackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,6 @@ import socket
 import time
 
 from keras_capsules._atomic import replacing
-from keras_capsules._atomic import write_bytes
 from keras_capsules._compat import keras as keras_compat
 
 # Options that do not change what a run trains: they may differ between the
@@ -197,7 +196,7 @@ def fit_callbacks(output):
     return [
         keras.callbacks.CSVLogger(history_path, append=True),
         history_keeper(history_path),
-        backup_and_restore(os.path.join(output, "backup")),
+        keras_compat.backup_and_restore(os.path.join(output, "backup")),
         model_saver(os.path.join(output, "model.keras")),
     ]
 
@@ -217,44 +216,6 @@ def close_files(callbacks):
             handle.close()
         except OSError:
             pass
-
-
-def backup_and_restore(backup_dir):
-    """Keras's `BackupAndRestore` into `backup_dir`, its files made in memory and renamed.
-
-    Keras writes the weights with HDF5 straight into `latest.weights.h5`: on a
-    full disk that leaves a truncated file, and HDF5 a file it can neither
-    flush nor close, which it reports as it is collected and on which it
-    crashes the interpreter at exit. Here the weights file is made in memory
-    and each file (the weights, the metadata, their `.bkp` copies) is written
-    under a temporary name and renamed into place: a failed write leaves the
-    previous epoch's backup whole and raises a plain `OSError`.
-    """
-    import keras
-
-    class BackupAndRestore(keras.callbacks.BackupAndRestore):
-        """Keras's `BackupAndRestore`, each file written whole or not at all."""
-
-        def _save_model(self):
-            keras_compat.check_backup_and_restore(self)
-            weights = keras_compat.weights_file_bytes(self.model)
-            metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
-            made = not os.path.isdir(self.backup_dir)
-            os.makedirs(self.backup_dir, exist_ok=True)
-            try:
-                if self.double_checkpoint:
-                    for path in (self._weights_path, self._training_metadata_path):
-                        if os.path.exists(path):
-                            with replacing(f"{path}.bkp") as temporary:
-                                shutil.copyfile(path, temporary)
-                write_bytes(self._weights_path, weights)
-                write_bytes(self._training_metadata_path, json.dumps(metadata).encode())
-            except BaseException:
-                if made:  # an empty backup would stand for a run interrupted before an epoch
-                    shutil.rmtree(self.backup_dir, ignore_errors=True)
-                raise
-
-    return BackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False)
 
 
 def usable_backup(backup_dir):

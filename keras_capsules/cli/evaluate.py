@@ -87,7 +87,7 @@ def _evaluate_images(model, args):
 
     from keras_capsules.cli._images import folder_size_and_colour
     from keras_capsules.cli._images import model_classes
-    from keras_capsules.cli.train import check_image_folder
+    from keras_capsules.cli._train_data import check_image_folder
     from keras_capsules.datasets import image_folder
     from keras_capsules.serving import ServingSpec
 

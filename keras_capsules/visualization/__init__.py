@@ -15,9 +15,9 @@ Uses matplotlib, a dependency of the package.
   page with a slider per capsule dimension (needs the `explore` extra).
 """
 
+from keras_capsules.visualization._drawing import prepare_drawing
 from keras_capsules.visualization.explorer import build_explorer
 from keras_capsules.visualization.explorer import launch_explorer
-from keras_capsules.visualization.explorer import prepare_drawing
 from keras_capsules.visualization.multimnist import multimnist_reconstructions
 from keras_capsules.visualization.perturbation import PAPER_STEPS
 from keras_capsules.visualization.perturbation import perturbation_grid
