@@ -2,7 +2,6 @@
 
 import keras
 
-from applications._inputs import image_input
 from keras_capsules._validation import check_image_shape
 
 
@@ -55,21 +54,6 @@ def backbone_input_shape(backbone, input_shape):
             f"{(None,) + own}. Received: input_shape={input_shape}"
         )
     return input_shape
-
-
-def backbone_features(backbone, input_shape, converter, policy, normalize):
-    """`(images, features)`: the model's input and the backbone's feature map of it.
-
-    The images go through `converter` before the backbone; the feature
-    map must be 4D and of known size, and with `normalize` its channels are
-    layer-normalised at every position (the layer `"feature_norm"`).
-    """
-    images = image_input(input_shape)
-    features = backbone(converter(images))
-    check_features(features, input_shape)
-    if normalize:
-        features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(features)
-    return images, features
 
 
 def check_features(features, input_shape):

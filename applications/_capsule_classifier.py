@@ -88,8 +88,7 @@ class CapsuleClassifier(PresetMixin, Task, keras.Model):
         accept_any_image(self)
         if not trainable:  # set once the layers are tracked, so that they are frozen too
             self.trainable = False
-        # The model's own policy decides loss scaling in compile (mixed_float16).
-        self.dtype_policy = policy
+        self._declare(policy, input_shape, converter, num_classes, class_names)
         self.backbone = backbone
         self._config = {
             "num_classes": num_classes,
@@ -99,10 +98,6 @@ class CapsuleClassifier(PresetMixin, Task, keras.Model):
             "reconstruction_weight": reconstruction_weight,
             "dtype": policy.name,
         }
-        self.image_shape = input_shape
-        self.image_converter = converter
-        self.num_classes = num_classes
-        self.class_names = class_names
         self.mask = Mask(name="mask")
         self.decoder = None
         if decoder_units is not None:

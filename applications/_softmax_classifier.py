@@ -2,46 +2,58 @@
 
 import keras
 
+from applications._defaults import dtype_policy
 from applications._inputs import accept_any_image
+from applications._inputs import converter_for
+from applications._inputs import image_input
 from applications._task import Task
 from keras_capsules._validation import check_model_arguments
+from keras_capsules._validation import check_positive_ints
 
 
 class SoftmaxClassifier(Task, keras.Model):
     """A functional model from images to class probabilities, trained with cross-entropy.
 
-    A subclass builds its graph from `images` to `probabilities` and hands
-    both to `__init__` with its own config entries (which must hold
-    `input_shape` and `num_classes`) and the arguments every such model
-    takes: its `image_converter` (in the graph), the policy, whether to compile. It is compiled
-    (unless `compile=False`) with `compile()`'s defaults: Adam with the
-    class's `RECIPE` schedule, sparse categorical cross-entropy and accuracy.
+    The images go through the `image_converter` (any size and colour to
+    `input_shape`, pixels scaled) and the subclass's `network(x, policy)`,
+    whose output a dense softmax layer, `"probabilities"`, turns into the
+    class probabilities. `config` holds the subclass's own arguments. It is
+    compiled (unless `compile=False`) with `compile()`'s defaults: Adam with
+    the class's `RECIPE` schedule, sparse categorical cross-entropy and
+    accuracy.
     """
 
     def __init__(
         self,
-        images,
-        probabilities,
+        network,
         *,
         config,
-        policy,
-        image_converter,
-        compile,
-        name,
+        input_shape,
+        num_classes,
+        image_converter=None,
+        compile=True,
+        dtype=None,
+        name=None,
         **kwargs,
     ):
         check_model_arguments(self, kwargs)
+        check_positive_ints(num_classes=num_classes)
+        converter = converter_for(image_converter, input_shape)
+        policy = dtype_policy(dtype)
+        images = image_input(input_shape)
+        x = network(converter(images), policy)
+        probabilities = keras.layers.Dense(
+            num_classes, activation="softmax", name="probabilities", dtype="float32"
+        )(x)
         super().__init__(inputs=images, outputs=probabilities, name=name, **kwargs)
         accept_any_image(self)
-        self.dtype_policy = policy
+        self._declare(policy, input_shape, converter, num_classes, None)
         self._config = {
+            "input_shape": input_shape,
+            "num_classes": num_classes,
             **config,
             "dtype": policy.name,
         }
-        self.image_shape = config["input_shape"]
-        self.image_converter = image_converter
-        self.num_classes = config["num_classes"]
-        self.class_names = None
         if compile:
             self.compile()
 

@@ -105,6 +105,14 @@ class Task:
         """The `ServingSpec` arguments that say where the outputs are: one tensor of scores."""
         return {}
 
+    def _declare(self, policy, image_shape, converter, num_classes, class_names):
+        """Hold what every classifier declares: its policy, images, converter and classes."""
+        self.dtype_policy = policy  # the model's own policy decides loss scaling in compile
+        self.image_shape = image_shape
+        self.image_converter = converter
+        self.num_classes = num_classes
+        self.class_names = class_names
+
     def _backbone(self, backbone, arguments, policy):
         """`backbone`, or the family's built from `arguments`; a `ValueError` for a mix."""
         others = () if self.BACKBONE is None else (self.BACKBONE,)

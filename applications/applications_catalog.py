@@ -46,28 +46,15 @@ class ApplicationsCatalog(Catalog):
     def model_arguments(self, name, args):
         if name == "capsnet":
             return {
-                "iterations": args.iterations,
-                "conv_filters": args.conv_filters,
-                "primary_capsule_types": args.primary_capsule_types,
+                name: getattr(args, name)
+                for name in ("iterations", "conv_filters", "primary_capsule_types")
             }
         if name == "matrix-capsnet":
             from keras_capsules.routing import EMSettings
 
-            settings = EMSettings(
-                iterations=args.iterations,
-                inverse_temperature=args.inverse_temperature,
-                variance_epsilon=args.variance_epsilon,
-                tempering=args.tempering,
-                inverse_temperature_schedule=args.inverse_temperature_schedule,
-            )
-            return {
-                "A": args.A,
-                "B": args.B,
-                "C": args.C,
-                "D": args.D,
-                "normalization": args.normalization,
-                "em_settings": settings,
-            }
+            settings = EMSettings(**{name: getattr(args, name) for name in _EM_OPTIONS})
+            sizes = {name: getattr(args, name) for name in ("A", "B", "C", "D", "normalization")}
+            return {**sizes, "em_settings": settings}
         return {}
 
     def hypermodel(self, name):
@@ -91,6 +78,15 @@ class ApplicationsCatalog(Catalog):
 
         return applications.PresetMixin.from_preset(preset)
 
+
+_EM_OPTIONS = (
+    "iterations",
+    "inverse_temperature",
+    "variance_epsilon",
+    "tempering",
+    "inverse_temperature_schedule",
+)
+"""The options of `train` that are EM routing's settings, by their `EMSettings` names."""
 
 CATALOG = ApplicationsCatalog()
 """The catalog `keras-capsules` finds through its entry point."""

@@ -1,11 +1,9 @@
 import keras
 
 from applications._backbone import BackboneModel
-from applications._backbone import backbone_features
 from applications._backbone import backbone_input_shape
 from applications._backbone import check_backbone
-from applications._defaults import dtype_policy
-from applications._inputs import converter_for
+from applications._backbone import check_features
 from applications._softmax_classifier import SoftmaxClassifier
 from applications.recipe import Recipe
 from keras_capsules._validation import check_positive_ints
@@ -36,17 +34,15 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         input_shape: shape of one image; by default the backbone's.
         normalize_features: normalise the feature map's channels at every
             position before pooling (`True`), as `BackboneCapsNet`.
-        image_converter: a `keras_capsules.layers.ImageConverter` that brings
-            the images to `input_shape` and scales them before the backbone
-            (its unset `image_size` and `channels` are the network's); by
-            default one that scales pixels in [0, 255] to [0, 1], as
-            `BackboneCapsNet`'s.
-        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
-            learning rate (1e-3, decayed by 0.96 every 2,000 steps),
-            sparse categorical cross-entropy and accuracy.
-        dtype: dtype policy of the head's layers; by default the global
-            policy. The softmax runs in float32.
-        **kwargs: `keras.Model` arguments such as `name`.
+        name: the model's name.
+        **kwargs: `image_converter`, a `keras_capsules.layers.ImageConverter`
+            that brings the images to `input_shape` and scales them before
+            the backbone, as `BackboneCapsNet`'s (by default pixels in
+            [0, 255] scaled to [0, 1]); `compile` (`True`: Adam with
+            `RECIPE`'s learning rate, 1e-3 decayed by 0.96 every 2,000
+            steps, sparse categorical cross-entropy and accuracy); `dtype`,
+            the head's layers' dtype policy (the softmax runs in float32);
+            and `keras.Model`'s `trainable`.
 
     Example:
 
@@ -83,43 +79,39 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         head_parameters=None,
         input_shape=None,
         normalize_features=True,
-        image_converter=None,
-        compile=True,
-        dtype=None,
         name="backbone_cnn",
         **kwargs,
     ):
         check_backbone(backbone)
         input_shape = backbone_input_shape(backbone, input_shape)
-        converter = converter_for(image_converter, input_shape)
-        policy = dtype_policy(dtype)
         check_positive_ints(num_classes=num_classes)
-        images, features = backbone_features(
-            backbone, input_shape, converter, policy, normalize_features
-        )
-        hidden_units = _hidden_units(
-            hidden_units, head_parameters, features.shape[-1], num_classes, bool(normalize_features)
-        )
-        x = keras.layers.GlobalAveragePooling2D(name="pool", dtype=policy)(features)
-        x = keras.layers.Dense(hidden_units, activation="relu", name="hidden", dtype=policy)(x)
-        probabilities = keras.layers.Dense(
-            num_classes, activation="softmax", name="probabilities", dtype="float32"
-        )(x)
+        normalize = bool(normalize_features)
+        width = {}
+
+        def network(x, policy):
+            features = backbone(x)
+            check_features(features, input_shape)
+            if normalize:
+                features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(
+                    features
+                )
+            width["units"] = _hidden_units(
+                hidden_units, head_parameters, features.shape[-1], num_classes, normalize
+            )
+            x = keras.layers.GlobalAveragePooling2D(name="pool", dtype=policy)(features)
+            return keras.layers.Dense(
+                width["units"], activation="relu", name="hidden", dtype=policy
+            )(x)
+
         super().__init__(
-            images,
-            probabilities,
-            config={
-                "num_classes": num_classes,
-                "hidden_units": hidden_units,
-                "input_shape": input_shape,
-                "normalize_features": bool(normalize_features),
-            },
-            policy=policy,
-            image_converter=converter,
-            compile=compile,
+            network,
+            config={"normalize_features": normalize},
+            input_shape=input_shape,
+            num_classes=num_classes,
             name=name,
             **kwargs,
         )
+        self._config["hidden_units"] = width["units"]
         self.backbone = backbone
 
 

@@ -1,8 +1,5 @@
 import keras
 
-from applications._defaults import dtype_policy
-from applications._inputs import converter_for
-from applications._inputs import image_input
 from applications._softmax_classifier import SoftmaxClassifier
 from applications.recipe import Recipe
 from keras_capsules._validation import check_image_shape
@@ -48,15 +45,16 @@ class BaselineCNN(SoftmaxClassifier):
         dense_units: sizes of the fully connected ReLU layers, `(328, 192)`.
         dropout: dropout rate before the softmax layer (0.5; the paper gives
             none).
-        image_converter: a `keras_capsules.layers.ImageConverter` that brings
-            the images to `input_shape` and scales them, inside the model;
-            by default one that scales pixels in [0, 255] to [0, 1].
-        compile: compile with `compile()`'s defaults: Adam with `RECIPE`'s
-            learning rate (1e-3, decayed by 0.96 every 2,000 steps),
-            sparse categorical cross-entropy and accuracy.
-        dtype: dtype policy of the layers, e.g. `"mixed_bfloat16"`; by default
-            the global policy. The softmax runs in float32.
-        **kwargs: `keras.Model` arguments such as `name`.
+        name: the model's name.
+        **kwargs: `image_converter`, a `keras_capsules.layers.ImageConverter`
+            that brings the images to `input_shape` and scales them, inside
+            the model (by default one that scales pixels in [0, 255] to
+            [0, 1]); `compile`, compile with `compile()`'s defaults (`True`:
+            Adam with `RECIPE`'s learning rate, 1e-3 decayed by 0.96 every
+            2,000 steps, sparse categorical cross-entropy and accuracy);
+            `dtype`, the layers' dtype policy, e.g. `"mixed_bfloat16"` (by
+            default the global policy; the softmax runs in float32); and
+            `keras.Model`'s `trainable`.
 
     Example:
 
@@ -85,16 +83,11 @@ class BaselineCNN(SoftmaxClassifier):
         pooling=None,
         dense_units=(328, 192),
         dropout=0.5,
-        image_converter=None,
-        compile=True,
-        dtype=None,
         name="baseline_cnn",
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
-        converter = converter_for(image_converter, input_shape)
-        policy = dtype_policy(dtype)
-        check_positive_ints(num_classes=num_classes, kernel_size=kernel_size)
+        check_positive_ints(kernel_size=kernel_size)
         filters = tuple(filters)
         dense_units = tuple(dense_units)
         for arg, values in (("filters", filters), ("dense_units", dense_units)):
@@ -107,41 +100,36 @@ class BaselineCNN(SoftmaxClassifier):
         if not is_number(dropout) or not 0 <= dropout < 1:
             raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}")
 
-        images = image_input(input_shape)
-        x = converter(images)
-        for index, channels in enumerate(filters):
-            x = keras.layers.Conv2D(
-                channels,
-                kernel_size,
-                padding="same",
-                activation="relu",
-                name=f"conv{index + 1}",
-                dtype=policy,
-            )(x)
-            if pooling == "max":
-                x = keras.layers.MaxPooling2D(2, name=f"pool{index + 1}", dtype=policy)(x)
-        x = keras.layers.Flatten(name="flatten", dtype=policy)(x)
-        for index, units in enumerate(dense_units):
-            x = keras.layers.Dense(units, activation="relu", name=f"fc{index + 1}", dtype=policy)(x)
-        x = keras.layers.Dropout(dropout, name="dropout", dtype=policy)(x)
-        probabilities = keras.layers.Dense(
-            num_classes, activation="softmax", name="probabilities", dtype="float32"
-        )(x)
+        def network(x, policy):
+            for index, channels in enumerate(filters):
+                x = keras.layers.Conv2D(
+                    channels,
+                    kernel_size,
+                    padding="same",
+                    activation="relu",
+                    name=f"conv{index + 1}",
+                    dtype=policy,
+                )(x)
+                if pooling == "max":
+                    x = keras.layers.MaxPooling2D(2, name=f"pool{index + 1}", dtype=policy)(x)
+            x = keras.layers.Flatten(name="flatten", dtype=policy)(x)
+            for index, units in enumerate(dense_units):
+                x = keras.layers.Dense(
+                    units, activation="relu", name=f"fc{index + 1}", dtype=policy
+                )(x)
+            return keras.layers.Dropout(dropout, name="dropout", dtype=policy)(x)
+
         super().__init__(
-            images,
-            probabilities,
+            network,
             config={
-                "input_shape": input_shape,
-                "num_classes": num_classes,
                 "filters": filters,
                 "kernel_size": kernel_size,
                 "pooling": pooling,
                 "dense_units": dense_units,
                 "dropout": dropout,
             },
-            policy=policy,
-            image_converter=converter,
-            compile=compile,
+            input_shape=input_shape,
+            num_classes=num_classes,
             name=name,
             **kwargs,
         )

@@ -69,14 +69,15 @@ class CapsNetBackbone(Backbone):
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
-        check_positive_ints(
-            conv_filters=conv_filters,
-            conv_kernel_size=conv_kernel_size,
-            primary_capsule_types=primary_capsule_types,
-            primary_capsule_dim=primary_capsule_dim,
-            primary_kernel_size=primary_kernel_size,
-            primary_strides=primary_strides,
-        )
+        sizes = {
+            "conv_filters": conv_filters,
+            "conv_kernel_size": conv_kernel_size,
+            "primary_capsule_types": primary_capsule_types,
+            "primary_capsule_dim": primary_capsule_dim,
+            "primary_kernel_size": primary_kernel_size,
+            "primary_strides": primary_strides,
+        }
+        check_positive_ints(**sizes)
         _check_size(input_shape, conv_kernel_size + primary_kernel_size - 1)
         policy = dtype_policy(dtype)
         images = keras.Input(shape=input_shape, name="images")
@@ -96,15 +97,7 @@ class CapsNetBackbone(Backbone):
             name="primary_caps",
             dtype=policy,
         )(x)
-        config = {
-            "input_shape": input_shape,
-            "conv_filters": conv_filters,
-            "conv_kernel_size": conv_kernel_size,
-            "primary_capsule_types": primary_capsule_types,
-            "primary_capsule_dim": primary_capsule_dim,
-            "primary_kernel_size": primary_kernel_size,
-            "primary_strides": primary_strides,
-        }
+        config = {"input_shape": input_shape, **sizes}
         super().__init__(images, primary, config=config, policy=policy, name=name, **kwargs)
 
 

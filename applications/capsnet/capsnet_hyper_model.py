@@ -1,5 +1,3 @@
-import dataclasses
-
 from applications.capsnet.capsnet import CapsNet
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_int
@@ -52,11 +50,8 @@ class CapsNetHyperModel(CapsuleHyperModel):
             `(512, 1024)`; `None` for no decoder (margin loss alone).
         stop_gradient: stop gradients through the inner routing iterations
             (`False`).
-        decay_steps: the learning rate is multiplied by `decay_rate` every
-            `decay_steps` steps (2000).
-        name: name of the hypermodel.
-        tunable: whether the hyperparameters are tuned (see
-            `keras_tuner.HyperModel`).
+        **kwargs: `keras_capsules.tuning.CapsuleHyperModel`'s `decay_steps`
+            (2000), `name` and `tunable`.
 
     Example:
 
@@ -87,12 +82,10 @@ class CapsNetHyperModel(CapsuleHyperModel):
         primary_strides=2,
         decoder_units=(512, 1024),
         stop_gradient=False,
-        decay_steps=2000,
-        name=None,
-        tunable=True,
+        **kwargs,
     ):
-        super().__init__(input_shape, num_classes, batch_size, name=name, tunable=tunable)
-        for arg in ("conv_kernel_size", "primary_kernel_size", "primary_strides", "decay_steps"):
+        super().__init__(input_shape, num_classes, batch_size, **kwargs)
+        for arg in ("conv_kernel_size", "primary_kernel_size", "primary_strides"):
             check_positive_int(arg, locals()[arg])
         if decoder_units is not None:
             decoder_units = tuple(decoder_units)
@@ -114,11 +107,6 @@ class CapsNetHyperModel(CapsuleHyperModel):
         self.primary_strides = primary_strides
         self.decoder_units = decoder_units
         self.stop_gradient = bool(stop_gradient)
-        self.decay_steps = decay_steps
-
-    def declare_hyperparameters(self, hp):
-        """Register the search space in `hp` (keras-tuner calls this first)."""
-        self._values(hp)
 
     def _values(self, hp):
         values = {
@@ -135,24 +123,15 @@ class CapsNetHyperModel(CapsuleHyperModel):
             values["reconstruction_weight"] = hp.Choice(
                 "reconstruction_weight", [0.0, 1e-4, 5e-4, 2e-3], default=5e-4
             )
-        self._max_shift(hp)
         return values
 
-    def build(self, hp):
-        """Build a compiled `applications.CapsNet` from the hyperparameters `hp`."""
-        values = self._values(hp)
-        schedule = {key: values.pop(key) for key in ("learning_rate", "decay_rate")}
-        model = CapsNet(
-            input_shape=self.input_shape,
-            num_classes=self.num_classes,
+    def _model(self, values):
+        """The `applications.CapsNet` of the trial's `values`, uncompiled."""
+        return CapsNet(
             conv_kernel_size=self.conv_kernel_size,
             primary_kernel_size=self.primary_kernel_size,
             primary_strides=self.primary_strides,
             stop_gradient=self.stop_gradient,
             decoder_units=self.decoder_units if values["reconstruction_weight"] else None,
-            compile=False,
             **values,
         )
-        recipe = dataclasses.replace(model.RECIPE, decay_steps=self.decay_steps, **schedule)
-        model.compile(optimizer=recipe.optimizer())
-        return model

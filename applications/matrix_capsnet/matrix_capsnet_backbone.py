@@ -81,12 +81,13 @@ class MatrixCapsNetBackbone(Backbone):
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
-        check_positive_ints(
-            conv_filters=conv_filters,
-            primary_capsule_types=primary_capsule_types,
-            conv_caps1_types=conv_caps1_types,
-            conv_caps2_types=conv_caps2_types,
-        )
+        sizes = {
+            "conv_filters": conv_filters,
+            "primary_capsule_types": primary_capsule_types,
+            "conv_caps1_types": conv_caps1_types,
+            "conv_caps2_types": conv_caps2_types,
+        }
+        check_positive_ints(**sizes)
         if weight_decay < 0:
             raise ValueError(f"`weight_decay` must be non-negative. Received: {weight_decay!r}")
         if min(input_shape[:2]) < SMALLEST_SIDE:
@@ -138,10 +139,7 @@ class MatrixCapsNetBackbone(Backbone):
             )(capsules)
         config = {
             "input_shape": input_shape,
-            "conv_filters": conv_filters,
-            "primary_capsule_types": primary_capsule_types,
-            "conv_caps1_types": conv_caps1_types,
-            "conv_caps2_types": conv_caps2_types,
+            **sizes,
             "normalization": normalization,
             "weight_decay": weight_decay,
             **settings.get_config(),

@@ -1,11 +1,8 @@
-import dataclasses
-
 from applications.matrix_capsnet.matrix_capsnet import MatrixCapsNet
 from keras_capsules import _positions
 from keras_capsules import routing
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive
-from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import is_number
 from keras_capsules.layers import ImageConverter
 from keras_capsules.tuning import CapsuleHyperModel
@@ -63,11 +60,8 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
             `R`: `"types_and_positions"` (default) or `"positions"`.
         inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`.
         weight_decay: L2 factor on every kernel (2e-7); 0 for none.
-        decay_steps: the learning rate is multiplied by `decay_rate` every
-            `decay_steps` steps (2000).
-        name: name of the hypermodel.
-        tunable: whether the hyperparameters are tuned (see
-            `keras_tuner.HyperModel`).
+        **kwargs: `keras_capsules.tuning.CapsuleHyperModel`'s `decay_steps`
+            (2000), `name` and `tunable`.
 
     Example:
 
@@ -96,12 +90,9 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         normalization="types_and_positions",
         inverse_temperature_schedule="rescaled",
         weight_decay=2e-7,
-        decay_steps=2000,
-        name=None,
-        tunable=True,
+        **kwargs,
     ):
-        super().__init__(input_shape, num_classes, batch_size, name=name, tunable=tunable)
-        check_positive_int("decay_steps", decay_steps)
+        super().__init__(input_shape, num_classes, batch_size, **kwargs)
         routing.EMSettings(
             variance_epsilon=variance_epsilon,
             inverse_temperature_schedule=inverse_temperature_schedule,
@@ -128,11 +119,6 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         self.normalization = normalization
         self.inverse_temperature_schedule = inverse_temperature_schedule
         self.weight_decay = weight_decay
-        self.decay_steps = decay_steps
-
-    def declare_hyperparameters(self, hp):
-        """Register the search space in `hp` (keras-tuner calls this first)."""
-        self._values(hp)
 
     def _values(self, hp):
         values = {
@@ -156,28 +142,19 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
         }
         hp.Float("margin_start", 0.1, 0.3, step=0.05, default=0.2)
         hp.Float("margin_end", 0.8, 0.95, step=0.05, default=0.9)
-        self._max_shift(hp)
         return values
 
-    def build(self, hp):
-        """Build a compiled `applications.MatrixCapsNet` from the hyperparameters `hp`."""
-        values = self._values(hp)
-        schedule = {key: values.pop(key) for key in ("learning_rate", "decay_rate")}
-        model = MatrixCapsNet(
-            input_shape=self.input_shape,
-            num_classes=self.num_classes,
+    def _model(self, values):
+        """The `applications.MatrixCapsNet` of the trial's `values`, uncompiled."""
+        return MatrixCapsNet(
             coordinate_addition=self.coordinate_addition,
             variance_epsilon=self.variance_epsilon,
             normalization=self.normalization,
             inverse_temperature_schedule=self.inverse_temperature_schedule,
             image_converter=ImageConverter(scale=self.scale),
             weight_decay=self.weight_decay,
-            compile=False,
             **values,
         )
-        recipe = dataclasses.replace(model.RECIPE, decay_steps=self.decay_steps, **schedule)
-        model.compile(optimizer=recipe.optimizer())
-        return model
 
     def _fit_callbacks(self, hp, steps):
         from keras_capsules.callbacks import SpreadMarginSchedule

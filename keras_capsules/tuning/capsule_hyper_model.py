@@ -1,5 +1,6 @@
 """The base of the capsule networks' hypermodels: argument checks, `fit` with shifted images."""
 
+import dataclasses
 import math
 
 import keras_tuner as kt
@@ -20,14 +21,20 @@ class CapsuleHyperModel(kt.HyperModel):
     """The base of the capsule networks' hypermodels, e.g. `applications.CapsNetHyperModel`.
 
     Subclasses define `METRICS` (what the built models report in `fit`),
-    `declare_hyperparameters(hp)` (the whole search space, `max_shift` through
-    `self._max_shift(hp)`) and `build(hp)`; `fit` trains on images shifted by
-    up to `hp["max_shift"]` pixels, as the papers augment MNIST.
+    `_values(hp)` (the search space but `max_shift`: the model's arguments, with
+    `learning_rate` and `decay_rate`), `_model(values)` (the model of those
+    arguments, with the images' shape, the number of classes and
+    `compile=False`); `build(hp)` compiles the model
+    with its recipe's optimizer at the trial's learning rate schedule. `fit`
+    trains on images shifted by up to `hp["max_shift"]` pixels, as the papers
+    augment MNIST.
 
     Args:
         input_shape: the images' shape, `(height, width, channels)`.
         num_classes: the number of classes (at least 2).
         batch_size: examples per training step.
+        decay_steps: the learning rate is multiplied by the trial's
+            `decay_rate` every `decay_steps` steps (2000).
         name: the hypermodel's name.
         tunable: whether keras-tuner may tune its hyperparameters.
 
@@ -43,8 +50,12 @@ class CapsuleHyperModel(kt.HyperModel):
 
     METRICS = ("loss", "accuracy")
 
-    def __init__(self, input_shape, num_classes, batch_size, name=None, tunable=True):
+    def __init__(
+        self, input_shape, num_classes, batch_size, decay_steps=2000, name=None, tunable=True
+    ):
         super().__init__(name=name, tunable=tunable)
+        check_positive_int("decay_steps", decay_steps)
+        self.decay_steps = decay_steps
         self.input_shape = check_image_shape(input_shape)
         check_positive_int("num_classes", num_classes)
         if num_classes < 2:
@@ -65,6 +76,25 @@ class CapsuleHyperModel(kt.HyperModel):
         hp = kt.HyperParameters()
         self.declare_hyperparameters(hp)
         return hp
+
+    def declare_hyperparameters(self, hp):
+        """Register the search space in `hp` (keras-tuner calls this first)."""
+        self._search_values(hp)
+
+    def _search_values(self, hp):
+        values = self._values(hp)
+        self._max_shift(hp)
+        return values
+
+    def build(self, hp):
+        """The compiled model of the hyperparameters `hp`."""
+        values = self._search_values(hp)
+        schedule = {key: values.pop(key) for key in ("learning_rate", "decay_rate")}
+        shape = {"input_shape": self.input_shape, "num_classes": self.num_classes}
+        model = self._model({**shape, **values, "compile": False})
+        recipe = dataclasses.replace(model.RECIPE, decay_steps=self.decay_steps, **schedule)
+        model.compile(optimizer=recipe.optimizer())
+        return model
 
     @staticmethod
     def _max_shift(hp):

@@ -215,7 +215,8 @@ def create_tuner(
 
     Example:
 
-    >>> from applications import CapsNetHyperModel, best_trials_table, create_tuner
+    >>> from applications import CapsNetHyperModel
+    >>> from keras_capsules.tuning import best_trials_table, create_tuner
     >>> tuner = create_tuner(CapsNetHyperModel(), "hyperband", max_trials=20,
     ...                      max_epochs=3, directory="runs/tune")  # doctest: +SKIP
     >>> tuner.search(x_train, y_train, validation_split=0.1)  # doctest: +SKIP
