@@ -1,11 +1,20 @@
-"""The test images `figures` and `explore` draw from, chosen by the model's input size.
+"""The test images `figures` and `explore` draw from: a data set the model was trained on.
 
 With `--images DIR` (one subfolder of images per class, named as the model's
-classes), they are those images, resized to the model's input; otherwise
-28x28 models get the MNIST test set (or their preset's data set, such as
-Fashion-MNIST), 36x36 models the MultiMNIST test set, and 40x40 models the
-MNIST test digits placed on a 40x40 canvas (`affine.expand`).
+classes), they are those images, resized to the model's input; otherwise the
+test set of `--data`, or of the preset's data set, or MNIST's: `mnist` and
+`fashion-mnist` (28x28), `multimnist` (pairs of MNIST test digits on 36x36)
+or `expanded-mnist` (MNIST test digits placed on a 40x40 canvas,
+`affine.expand`). A model whose input is not the data set's is told so.
 """
+
+TEST_SETS = {
+    "mnist": (28, 28, 1),
+    "fashion-mnist": (28, 28, 1),
+    "multimnist": (36, 36, 1),
+    "expanded-mnist": (40, 40, 1),
+}
+"""The data sets `--data` names, and the shape of their images."""
 
 
 def fail(message, command):
@@ -16,34 +25,38 @@ def fail(message, command):
 def test_images(model, args, command, data=None):
     """`(images, labels, pair_labels)`: test images of the model's size and their classes.
 
-    `data` names the data set of a 28x28 model (a preset's, e.g. `"fashion_mnist"`);
-    MNIST by default.
+    From `--images`, else from the data set `--data` names, else `data` (a
+    preset's data set, e.g. `"fashion_mnist"`), else MNIST.
     """
     from keras_capsules import datasets
     from keras_capsules.datasets import affine
     from keras_capsules.datasets import mnist
     from keras_capsules.datasets import multimnist
 
-    size = tuple(getattr(model, "image_shape", model.input_shape[1:]))
     if getattr(args, "images", None) is not None:
         return (*folder_images(model, args.images, command), None)
-    if size == (28, 28, 1):
-        module = getattr(datasets, data or "mnist")
-        _check_data_classes(model, module, data or "mnist", command)
+    name = args.data or (data or "mnist").replace("_", "-")
+    if name not in TEST_SETS:
+        fail(f"no test images of the data set {name!r}: pass --data or --images DIR", command)
+    size = tuple(getattr(model, "image_shape", model.input_shape[1:]))
+    if size != TEST_SETS[name]:
+        fail(
+            f"the model takes images of shape {size}, and {name}'s are {TEST_SETS[name]}: "
+            f"pass --data ({', '.join(TEST_SETS)}) or --images DIR, a folder of its "
+            "classes' images",
+            command,
+        )
+    if name in ("mnist", "fashion-mnist"):
+        module = getattr(datasets, name.replace("-", "_"))
+        _check_data_classes(model, module, name, command)
         _, (x_test, y_test) = module.load_data(args.data_dir)
         return x_test, y_test, None
     _, (x_test, y_test) = mnist.load_data(args.data_dir)
-    if size == (36, 36, 1):
+    if name == "multimnist":
         test = multimnist.test_set(x_test, y_test, seed=args.seed, rule=args.overlay)
         return test["images"], None, test["labels"]
-    if size == (40, 40, 1):
-        images, _ = affine.expand(x_test, seed=args.seed)
-        return images, y_test, None
-    fail(
-        f"no test images for a model of input shape {size}: pass --images DIR, a folder of "
-        "its classes' images (models of 28, 36 or 40 grey pixels have MNIST's)",
-        command,
-    )
+    images, _ = affine.expand(x_test, seed=args.seed)
+    return images, y_test, None
 
 
 def _check_data_classes(model, module, data, command):
@@ -120,10 +133,16 @@ def folder_images(model, folder, command, limit=2000):
 
 
 def add_test_image_arguments(parser):
-    """`--data-dir`, `--seed` and `--overlay`: where the test images come from."""
+    """`--data`, `--data-dir`, `--seed`, `--overlay` and `--images`: the test images."""
     from keras_capsules.cli._types import data_dir
     from keras_capsules.cli._types import image_folder_argument
 
+    parser.add_argument(
+        "--data",
+        choices=tuple(TEST_SETS),
+        default=None,
+        help="the test set to draw from (default: the preset's data set, or mnist)",
+    )
     parser.add_argument(
         "--data-dir", type=data_dir, default=None, help="folder of the MNIST IDX files"
     )

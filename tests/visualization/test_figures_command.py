@@ -61,7 +61,10 @@ def test_multimnist_kind_for_a_36_pixel_model(tmp_path, capsys):
     model = saved(tmp_path, (36, 36, 1))
     out = tmp_path / "figs"
     args = ["figures", model, "--kind", "multimnist", "--output", str(out), "--count", "2"]
-    assert cli.main(args + ["--dpi", "40", "--index", "5"]) == 0
+    # The test set is the one named, not one guessed from the input size.
+    with pytest.raises(SystemExit, match=r"\(36, 36, 1\), and mnist's are \(28, 28, 1\).*--data"):
+        cli.main(args)
+    assert cli.main(args + ["--data", "multimnist", "--dpi", "40", "--index", "5"]) == 0
     check_written([out / "multimnist.png"], capsys.readouterr().out)
     # 2 images of 1 inch, 2 rows at 40 dpi.
     assert matplotlib_image.imread(out / "multimnist.png").shape[:2] == (80, 80)
@@ -72,6 +75,8 @@ def test_bad_requests_are_clear_errors(tmp_path):
     out = str(tmp_path / "figs")
     with pytest.raises(SystemExit, match="needs a model trained on MultiMNIST"):
         cli.main(["figures", model, "--kind", "multimnist", "--output", out])
+    with pytest.raises(SystemExit, match=r"\(28, 28, 1\), and expanded-mnist's are \(40, 40"):
+        cli.main(["figures", model, "--data", "expanded-mnist", "--output", out])
     with pytest.raises(SystemExit, match="--index must be in"):
         cli.main(["figures", model, "--index", "10000", "--output", out])
     with pytest.raises(SystemExit, match="dims"):
@@ -125,7 +130,7 @@ def test_a_colour_model_of_another_size_draws_from_a_folder_of_its_classes(tmp_p
     assert cli.main(args + ["--count", "3", "--sample", "8"]) == 0
     kinds = ("reconstructions", "dimensions", "routing", "routing_statistics")
     check_written([out / f"{kind}.png" for kind in kinds], capsys.readouterr().out)
-    with pytest.raises(SystemExit, match="pass --images DIR"):
+    with pytest.raises(SystemExit, match=r"\(20, 24, 3\), and mnist's.*or --images DIR"):
         cli.main(["figures", str(path), "--output", str(out)])
 
 
