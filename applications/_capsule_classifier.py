@@ -13,6 +13,7 @@ from applications._losses import with_penalties
 from applications._preset import PresetMixin
 from applications._task import Task
 from applications._task import own_loss
+from applications._transfer import head_layers
 from keras_capsules.layers import Length
 from keras_capsules.layers import Mask
 from keras_capsules.layers import ReconstructionDecoder
@@ -159,6 +160,10 @@ class CapsuleClassifier(PresetMixin, Task, keras.Model):
             self.reconstruction_loss_tracker.update_state(tracked)
             total = total + reconstruction
         return total
+
+    def _head_layers(self):
+        """The layers after the backbone (class capsules, scores, decoder): the classes' own."""
+        return head_layers(self)
 
     def _serving_outputs(self):
         decoder = {} if self.decoder is None else {"decoder": self.decoder, "mask": self.mask}

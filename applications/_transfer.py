@@ -57,10 +57,11 @@ def transfer_weights(source, target, new_head):
     A layer is copied when `source` has a layer at the same path (`"backbone/conv1"`) whose weights
     have the same shapes; the first convolution of a one-channel model also
     fits a model of more channels (its kernel spread over them). With
-    `new_head`, the layers after the backbone (class capsules, scores and the
-    decoder) are left as built: they belong to other classes.
+    `new_head`, the target's `_head_layers()` (class capsules, scores and the
+    decoder; a CNN's softmax layer) are left as built: they belong to other
+    classes.
     """
-    skip = {id(layer) for layer in head_layers(target)} if new_head else set()
+    skip = {id(layer) for layer in target._head_layers()} if new_head else set()
     sources = _layers_with_weights(source)
     kept = []
     for name, layer in _layers_with_weights(target).items():

@@ -4,6 +4,7 @@ from applications._backbone import BackboneModel
 from applications._backbone import backbone_input_shape
 from applications._backbone import check_backbone
 from applications._backbone import check_features
+from applications._classes import resolve_classes
 from applications._softmax_classifier import SoftmaxClassifier
 from applications.recipe import Recipe
 from keras_capsules._validation import check_positive_ints
@@ -26,7 +27,9 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
     Args:
         backbone: a `keras.Model` or layer from images to a 4D feature map of
             known size, as for `BackboneCapsNet`.
-        num_classes: number of classes.
+        num_classes: number of classes: by default the number of
+            `class_names`, one of which is needed.
+        class_names: the classes' names in label order (see `CapsNet`).
         hidden_units: width of the hidden layer (128), or `None` with
             `head_parameters`.
         head_parameters: the head's parameter budget; the hidden width is then
@@ -74,7 +77,8 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
     def __init__(
         self,
         backbone,
-        num_classes,
+        num_classes=None,
+        class_names=None,
         hidden_units=None,
         head_parameters=None,
         input_shape=None,
@@ -84,7 +88,7 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
     ):
         check_backbone(backbone)
         input_shape = backbone_input_shape(backbone, input_shape)
-        check_positive_ints(num_classes=num_classes)
+        num_classes, class_names = resolve_classes(num_classes, class_names, None)
         normalize = bool(normalize_features)
         width = {}
 
@@ -108,6 +112,8 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
             config={"normalize_features": normalize},
             input_shape=input_shape,
             num_classes=num_classes,
+            class_names=class_names,
+            default_classes=None,
             name=name,
             **kwargs,
         )

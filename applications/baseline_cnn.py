@@ -37,7 +37,9 @@ class BaselineCNN(SoftmaxClassifier):
     Args:
         input_shape: shape of one image, `(28, 28, 1)` (MNIST) or
             `(40, 40, 1)` (expanded MNIST and affNIST).
-        num_classes: number of classes (10).
+        num_classes: number of classes: by default the number of
+            `class_names`, or 10.
+        class_names: the classes' names in label order (see `CapsNet`).
         filters: channels of the three convolutions, `(256, 256, 128)`.
         kernel_size: kernel size of the convolutions (5).
         pooling: `None` (the paper's MNIST baseline) or `"max"`: 2x2 max
@@ -77,7 +79,8 @@ class BaselineCNN(SoftmaxClassifier):
     def __init__(
         self,
         input_shape=(28, 28, 1),
-        num_classes=10,
+        num_classes=None,
+        class_names=None,
         filters=(256, 256, 128),
         kernel_size=5,
         pooling=None,
@@ -130,6 +133,7 @@ class BaselineCNN(SoftmaxClassifier):
             },
             input_shape=input_shape,
             num_classes=num_classes,
+            class_names=class_names,
             name=name,
             **kwargs,
         )

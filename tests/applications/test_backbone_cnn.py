@@ -44,9 +44,7 @@ def test_learns_mnist():
 def test_passes_the_classifier_checks(tmp_path):
     x = np.random.default_rng(0).integers(0, 256, (4, 28, 28, 1)).astype("float32")
     kwargs = dict(backbone=_backbone(), num_classes=3, hidden_units=8)
-    run_classifier_test(
-        applications.BackboneCNN, kwargs, x, np.arange(4) % 3, tmp_path, preset=False
-    )
+    run_classifier_test(applications.BackboneCNN, kwargs, x, np.arange(4) % 3, tmp_path)
 
 
 @pytest.mark.parametrize(

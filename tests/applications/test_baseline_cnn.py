@@ -53,7 +53,7 @@ def test_short_training_lowers_the_loss(mnist_data):
 
 def test_passes_the_classifier_checks(tmp_path):
     x = np.random.default_rng(0).integers(0, 256, (4, 28, 28, 1)).astype("float32")
-    run_classifier_test(applications.BaselineCNN, SMALL, x, np.arange(4), tmp_path, preset=False)
+    run_classifier_test(applications.BaselineCNN, SMALL, x, np.arange(4), tmp_path)
 
 
 @pytest.mark.parametrize(
