@@ -1,8 +1,8 @@
-"""The checks every classifier of `applications` passes, in one call: `run_classifier_test`.
+"""The checks every classifier and backbone of `applications` passes, in one call each.
 
-After keras-hub's `TestCase.run_task_test` and `run_preset_test`: each model's
-test file calls `run_classifier_test` once with a small configuration and a few
-images, then tests what is particular to its model (paper sizes, losses against
+After keras-hub's `TestCase.run_task_test`, `run_preset_test` and
+`run_backbone_test`: each model's test file calls `run_classifier_test` (or
+`run_backbone_test`) once with a small configuration and a few images, then tests what is particular to its model (paper sizes, losses against
 NumPy, errors of its own arguments, learning on real data).
 
 This module imports Keras and NumPy only (pytest imports it for
@@ -27,6 +27,8 @@ def _scores(outputs, key):
 
 
 def _numpy(outputs):
+    if isinstance(outputs, (list, tuple)):  # a backbone's several outputs
+        outputs = dict(enumerate(outputs))
     if isinstance(outputs, dict):
         return {name: ops.convert_to_numpy(value) for name, value in outputs.items()}
     return ops.convert_to_numpy(outputs)
@@ -227,3 +229,48 @@ def _layer_at(model, path):
     for name in path.split("/"):
         layer = layer.get_layer(name)
     return layer
+
+
+def run_backbone_test(cls, init_kwargs, images, output_shapes, tmp_path):
+    """Run the backbone `cls(**init_kwargs)` through the checks every backbone passes.
+
+    After keras-hub's `TestCase.run_backbone_test`:
+
+    - It is an `applications.Backbone` whose `image_shape` is its input's,
+      and on `images` its outputs (a tensor or a list of them) have
+      `output_shapes` (without the batch axis) and are finite.
+    - `get_config` / `from_config` give the same config and parameter count,
+      and a `.keras` round trip (no custom objects) the same outputs.
+    - `trainable=False` is kept by the config.
+    - An unknown argument is refused with a `ValueError` naming it.
+    - In each mixed policy the outputs are finite and the config records it.
+    """
+    import applications
+
+    backbone = cls(**init_kwargs)
+    assert isinstance(backbone, applications.Backbone)
+    assert tuple(backbone.image_shape) == tuple(backbone.input_shape[1:])
+    outputs = backbone(images)
+    listed = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    assert [tuple(o.shape[1:]) for o in listed] == [tuple(s) for s in output_shapes]
+    for output in listed:
+        assert np.all(np.isfinite(ops.convert_to_numpy(output)))
+    config = backbone.get_config()
+    again = cls.from_config(config)
+    assert _same_config(again.get_config(), config)
+    assert again.count_params() == backbone.count_params()
+    path = os.path.join(str(tmp_path), "backbone.keras")
+    backbone.save(path)
+    loaded = keras.saving.load_model(path)
+    assert type(loaded) is cls and _same_config(loaded.get_config(), config)
+    _assert_same_outputs(loaded(images), outputs, "the .keras file's outputs")
+    frozen = cls(**init_kwargs, trainable=False)
+    assert not cls.from_config(frozen.get_config()).trainable
+    with pytest.raises(ValueError, match="not_an_argument"):
+        cls(**init_kwargs, not_an_argument=1)
+    for policy in MIXED_PRECISION_POLICIES:
+        mixed = cls(**init_kwargs, dtype=policy)
+        assert mixed.get_config()["dtype"] == policy
+        result = mixed(images)
+        for output in result if isinstance(result, (list, tuple)) else [result]:
+            assert np.all(np.isfinite(ops.convert_to_numpy(output))), policy
