@@ -2,8 +2,9 @@
 
 After keras-hub's `TestCase.run_task_test`, `run_preset_test` and
 `run_backbone_test`: each model's test file calls `run_classifier_test` (or
-`run_backbone_test`) once with a small configuration and a few images, then tests what is particular to its model (paper sizes, losses against
-NumPy, errors of its own arguments, learning on real data).
+`run_backbone_test`) once with a small configuration and a few images, then
+tests what is particular to its model (paper sizes, losses against NumPy,
+errors of its own arguments, learning on real data).
 
 This module imports Keras and NumPy only (pytest imports it for
 `--doctest-modules`); its name matches neither `test_*.py` nor `*_test.py`, so
