@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_capsules._validation import check_image_shape
+from keras_capsules.utils import check_image_shape
 
 
 class BackboneModel:
@@ -27,7 +27,11 @@ def check_backbone(backbone):
 
 
 def backbone_input_shape(backbone, input_shape):
-    """The image shape: `input_shape`, or the backbone's own, which must agree with it."""
+    """The image shape: `input_shape`, or the backbone's own, which must agree with it.
+
+    Raises a `ValueError` unless `backbone` is a Keras layer or model.
+    """
+    check_backbone(backbone)
     try:
         own = backbone.input_shape
     except (AttributeError, ValueError):
@@ -56,8 +60,11 @@ def backbone_input_shape(backbone, input_shape):
     return input_shape
 
 
-def check_features(features, input_shape):
-    """A `ValueError` unless the backbone gave one 4D feature map of known size."""
+def checked_features(features, input_shape, normalize, policy):
+    """The backbone's feature map, layer-normalised with `normalize`.
+
+    A `ValueError` unless the backbone gave one 4D feature map of known size.
+    """
     shape = getattr(features, "shape", None)
     if (
         not isinstance(features, keras.KerasTensor)
@@ -70,3 +77,6 @@ def check_features(features, input_shape):
             f"channels) of known size; on images of shape {input_shape} it gives {got}. "
             "Build a keras.applications model with include_top=False and pooling=None."
         )
+    if not normalize:
+        return features
+    return keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(features)

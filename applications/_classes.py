@@ -1,6 +1,6 @@
 """Class names: how many classes a model has, and what they are called."""
 
-from keras_capsules._validation import check_positive_int
+from keras_capsules.utils import check_positive_int
 
 
 def resolve_classes(num_classes, class_names, default=10):

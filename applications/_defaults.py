@@ -5,7 +5,7 @@ import warnings
 
 import keras
 
-from keras_capsules._devices import has_accelerator
+from keras_capsules.utils import has_accelerator
 
 _BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 """CPU features that compute bfloat16 natively; without them it is emulated, slowly."""

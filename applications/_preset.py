@@ -20,9 +20,9 @@ from applications._transfer import transfer_weights
 from applications._weights_file import copy_weights
 from applications._weights_file import load_weights
 from applications._weights_file import sha256
-from keras_capsules import _download
-from keras_capsules._atomic import write_json
-from keras_capsules._optional import require
+from keras_capsules import utils
+from keras_capsules.utils import require
+from keras_capsules.utils import write_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -130,18 +130,18 @@ def preset_folder(preset):
 
 def shipped_weights(name, metadata):
     """The weights file of the shipped preset `name`: installed, cached, or downloaded now."""
-    installed = _download.installed_folder("keras_capsules_presets", name)
+    installed = utils.installed_folder("keras_capsules_presets", name)
     if installed is not None and os.path.isfile(os.path.join(installed, WEIGHTS_FILE)):
         return os.path.join(installed, WEIGHTS_FILE)
     base = os.environ.get(PRESETS_URL_VARIABLE)
-    hint = _download.install_hint(_download.PRESETS_DISTRIBUTION)
+    hint = utils.install_hint(utils.PRESETS_DISTRIBUTION)
     if not base:
         raise ValueError(
             f"The weights of the preset {name!r} are not installed: {hint}; or set "
             f"{PRESETS_URL_VARIABLE} to a server holding NAME/{WEIGHTS_FILE}."
         )
     try:
-        return _download.download(
+        return utils.download(
             f"{base.rstrip('/')}/{name}/{WEIGHTS_FILE}",
             WEIGHTS_FILE,
             os.path.join("models", "keras_capsules", name),

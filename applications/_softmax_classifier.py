@@ -9,7 +9,7 @@ from applications._inputs import converter_for
 from applications._inputs import image_input
 from applications._preset import PresetMixin
 from applications._task import Task
-from keras_capsules._validation import check_model_arguments
+from keras_capsules.utils import check_model_arguments
 
 
 class SoftmaxClassifier(PresetMixin, Task, keras.Model):

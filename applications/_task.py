@@ -9,8 +9,8 @@ import warnings
 
 import keras
 
-from keras_capsules._validation import check_model_arguments
 from keras_capsules.serving import ServingSpec
+from keras_capsules.utils import check_model_arguments
 
 
 class Task:

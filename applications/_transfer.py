@@ -3,12 +3,12 @@
 import keras
 import numpy as np
 
-from keras_capsules._compat import keras as keras_compat
+from keras_capsules.utils import flatten_layers
 
 
 def head_layers(model):
     """The layers of `model` with weights that follow its backbone: the class capsules' side."""
-    backbone = {id(layer) for layer in keras_compat.flatten_layers(model.backbone)}
+    backbone = {id(layer) for layer in flatten_layers(model.backbone)}
     head = [layer for layer in model.layers if id(layer) not in backbone and layer.weights]
     decoder = getattr(model, "decoder", None)
     return head + ([decoder] if decoder is not None else [])

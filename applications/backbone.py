@@ -1,6 +1,6 @@
 import keras
 
-from keras_capsules._validation import check_model_arguments
+from keras_capsules.utils import check_model_arguments
 
 
 class Backbone(keras.Model):

@@ -2,13 +2,9 @@ import keras
 
 from applications._backbone import BackboneModel
 from applications._backbone import backbone_input_shape
-from applications._backbone import check_backbone
-from applications._backbone import check_features
+from applications._backbone import checked_features
 from applications._capsule_classifier import CapsuleClassifier
 from applications.recipe import Recipe
-from keras_capsules._validation import check_choice
-from keras_capsules._validation import check_positive_ints
-from keras_capsules._validation import is_number
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.layers import DepthwisePrimaryCapsule
@@ -17,6 +13,9 @@ from keras_capsules.layers import PrimaryCapsule
 from keras_capsules.layers import PrimaryMatrixCapsule
 from keras_capsules.layers import RandomCouplingCapsule
 from keras_capsules.layers import SelfAttentionCapsule
+from keras_capsules.utils import check_choice
+from keras_capsules.utils import check_margin
+from keras_capsules.utils import check_positive_ints
 
 ROUTINGS = (
     "dynamic",
@@ -190,7 +189,6 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         name="backbone_capsnet",
         **kwargs,
     ):
-        check_backbone(backbone)
         check_choice("routing", routing, ROUTINGS)
         input_shape = backbone_input_shape(backbone, input_shape)
         primary_capsule_dim, capsule_dim, iterations = _capsule_sizes(
@@ -217,11 +215,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         }
 
         def head(features, num_classes, policy, backbone):
-            check_features(features, input_shape)
-            if normalize_features:
-                features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(
-                    features
-                )
+            features = checked_features(features, input_shape, normalize_features, policy)
             return _head(
                 features,
                 routing,
@@ -288,11 +282,7 @@ def _spread_margin(routing, spread_margin):
         return None
     if spread_margin is None:
         return _SPREAD_MARGIN
-    if not is_number(spread_margin) or not 0 < spread_margin <= 1:
-        raise ValueError(
-            f"`spread_margin` must be a number in (0, 1]. Received: spread_margin={spread_margin!r}"
-        )
-    return float(spread_margin)
+    return check_margin("spread_margin", spread_margin)
 
 
 def _head(

@@ -2,13 +2,12 @@ import keras
 
 from applications._backbone import BackboneModel
 from applications._backbone import backbone_input_shape
-from applications._backbone import check_backbone
-from applications._backbone import check_features
+from applications._backbone import checked_features
 from applications._classes import resolve_classes
 from applications._softmax_classifier import SoftmaxClassifier
 from applications.recipe import Recipe
-from keras_capsules._validation import check_positive_ints
-from keras_capsules._validation import is_int
+from keras_capsules.utils import check_positive_ints
+from keras_capsules.utils import is_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -86,19 +85,13 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         name="backbone_cnn",
         **kwargs,
     ):
-        check_backbone(backbone)
         input_shape = backbone_input_shape(backbone, input_shape)
         num_classes, class_names = resolve_classes(num_classes, class_names, None)
         normalize = bool(normalize_features)
         width = {}
 
         def network(x, policy):
-            features = backbone(x)
-            check_features(features, input_shape)
-            if normalize:
-                features = keras.layers.LayerNormalization(name="feature_norm", dtype=policy)(
-                    features
-                )
+            features = checked_features(backbone(x), input_shape, normalize, policy)
             width["units"] = _hidden_units(
                 hidden_units, head_parameters, features.shape[-1], num_classes, normalize
             )

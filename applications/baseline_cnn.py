@@ -2,9 +2,9 @@ import keras
 
 from applications._softmax_classifier import SoftmaxClassifier
 from applications.recipe import Recipe
-from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_positive_ints
-from keras_capsules._validation import is_number
+from keras_capsules.utils import check_image_shape
+from keras_capsules.utils import check_positive_ints
+from keras_capsules.utils import is_number
 
 POOLING = (None, "max")
 

@@ -4,9 +4,9 @@ import dataclasses
 
 import keras
 
-from keras_capsules._validation import check_positive
-from keras_capsules._validation import check_positive_int
-from keras_capsules._validation import is_int
+from keras_capsules.utils import check_positive
+from keras_capsules.utils import check_positive_int
+from keras_capsules.utils import is_int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,20 +29,10 @@ _SUBMODULES = (
     "metrics",
     "ops",
     "routing",
+    "utils",
 )
 
-__all__ = [
-    "callbacks",
-    "datasets",
-    "distribute",
-    "layers",
-    "losses",
-    "metrics",
-    "ops",
-    "routing",
-    "use_pooled_cpu_allocator",
-    "__version__",
-]
+__all__ = [*_SUBMODULES, "use_pooled_cpu_allocator", "__version__"]
 
 
 def __getattr__(name):

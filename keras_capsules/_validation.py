@@ -34,6 +34,13 @@ def check_positive(name, value):
         raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
 
 
+def check_margin(name, value):
+    """`value` as a float in (0, 1]; a `ValueError` naming `name` otherwise."""
+    if not is_number(value) or not 0 < value <= 1:
+        raise ValueError(f"`{name}` must be a number in (0, 1]. Received: {name}={value!r}")
+    return float(value)
+
+
 def check_choice(name, value, choices):
     """Raise a `ValueError` naming `name` unless `value` is one of `choices`."""
     if not isinstance(value, str) or value not in choices:

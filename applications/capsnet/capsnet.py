@@ -3,8 +3,8 @@ import keras
 from applications._capsule_classifier import CapsuleClassifier
 from applications.capsnet.capsnet_backbone import CapsNetBackbone
 from applications.recipe import Recipe
-from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import CapsuleLayer
+from keras_capsules.utils import check_positive_ints
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -2,9 +2,9 @@ import keras
 
 from applications._defaults import dtype_policy
 from applications.backbone import Backbone
-from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import PrimaryCapsule
+from keras_capsules.utils import check_image_shape
+from keras_capsules.utils import check_positive_ints
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -1,7 +1,7 @@
 from applications.capsnet.capsnet import CapsNet
-from keras_capsules._validation import check_positive_int
-from keras_capsules._validation import is_int
 from keras_capsules.tuning import CapsuleHyperModel
+from keras_capsules.utils import check_positive_int
+from keras_capsules.utils import is_int
 
 
 class CapsNetHyperModel(CapsuleHyperModel):

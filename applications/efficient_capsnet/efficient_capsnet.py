@@ -3,8 +3,8 @@ import keras
 from applications._capsule_classifier import CapsuleClassifier
 from applications.efficient_capsnet.efficient_capsnet_backbone import EfficientCapsNetBackbone
 from applications.recipe import Recipe
-from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import SelfAttentionCapsule
+from keras_capsules.utils import check_positive_ints
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

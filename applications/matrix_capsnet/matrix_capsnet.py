@@ -3,9 +3,9 @@ import keras
 from applications._capsule_classifier import CapsuleClassifier
 from applications.matrix_capsnet.matrix_capsnet_backbone import MatrixCapsNetBackbone
 from applications.recipe import Recipe
-from keras_capsules._validation import is_int
-from keras_capsules._validation import is_number
 from keras_capsules.layers import ClassMatrixCapsule
+from keras_capsules.utils import check_margin
+from keras_capsules.utils import is_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -188,11 +188,7 @@ def _checked_margin(margin):
             "keras_capsules.callbacks.SpreadMarginSchedule (in `RECIPE.callbacks(steps)`), "
             f"not with a schedule. Received: spread_margin={margin!r}"
         )
-    if not is_number(margin) or not 0 < margin <= 1:
-        raise ValueError(
-            f"`spread_margin` must be a number in (0, 1]. Received: spread_margin={margin!r}"
-        )
-    return float(margin)
+    return check_margin("spread_margin", margin)
 
 
 _SIZES = ("conv_filters", "primary_capsule_types", "conv_caps1_types", "conv_caps2_types")

@@ -3,11 +3,10 @@ import keras
 from applications._defaults import dtype_policy
 from applications.backbone import Backbone
 from keras_capsules import routing
-from keras_capsules._em_arguments import routing_settings
-from keras_capsules._validation import check_image_shape
-from keras_capsules._validation import check_positive_ints
 from keras_capsules.layers import MatrixCapsule
 from keras_capsules.layers import PrimaryMatrixCapsule
+from keras_capsules.utils import check_image_shape
+from keras_capsules.utils import check_positive_ints
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -96,7 +95,7 @@ class MatrixCapsNetBackbone(Backbone):
                 f"convolutions: images must be at least {SMALLEST_SIDE}x{SMALLEST_SIDE}. "
                 f"Received: input_shape={input_shape}"
             )
-        settings = routing_settings(
+        settings = routing.EMSettings.resolve(
             em_settings,
             iterations=iterations,
             inverse_temperature=inverse_temperature,

@@ -1,11 +1,11 @@
 from applications.matrix_capsnet.matrix_capsnet import MatrixCapsNet
-from keras_capsules import _positions
 from keras_capsules import routing
-from keras_capsules._validation import check_choice
-from keras_capsules._validation import check_positive
-from keras_capsules._validation import is_number
 from keras_capsules.layers import ImageConverter
+from keras_capsules.layers import MatrixCapsule
 from keras_capsules.tuning import CapsuleHyperModel
+from keras_capsules.utils import check_choice
+from keras_capsules.utils import check_positive
+from keras_capsules.utils import is_number
 
 
 class MatrixCapsNetHyperModel(CapsuleHyperModel):
@@ -97,7 +97,7 @@ class MatrixCapsNetHyperModel(CapsuleHyperModel):
             variance_epsilon=variance_epsilon,
             inverse_temperature_schedule=inverse_temperature_schedule,
         )
-        check_choice("normalization", normalization, _positions.NORMALIZATIONS)
+        check_choice("normalization", normalization, MatrixCapsule.NORMALIZATIONS)
         if scale is not None:
             check_positive("scale", scale)
         if not is_number(weight_decay):

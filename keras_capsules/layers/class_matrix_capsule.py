@@ -4,7 +4,6 @@ from keras import ops
 
 from keras_capsules import _positions
 from keras_capsules import routing
-from keras_capsules._em_arguments import routing_settings
 from keras_capsules._validation import check_capsule_inputs
 from keras_capsules.layers._em_capsule import EMCapsule
 
@@ -81,7 +80,7 @@ class ClassMatrixCapsule(EMCapsule):
         em_settings=None,
         **kwargs,
     ):
-        settings = routing_settings(
+        settings = routing.EMSettings.resolve(
             em_settings,
             iterations=iterations,
             inverse_temperature=inverse_temperature,

@@ -4,7 +4,6 @@ from keras import ops
 
 from keras_capsules import _positions
 from keras_capsules import routing
-from keras_capsules._em_arguments import routing_settings
 from keras_capsules._em_route import largest_magnitude
 from keras_capsules._validation import check_capsule_inputs
 from keras_capsules._validation import check_choice
@@ -42,7 +41,8 @@ class MatrixCapsule(EMCapsule):
         normalization: which parents share a child's `R`:
             `"types_and_positions"` (default, the paper's text) or
             `"positions"` (per output type, the authors' code, where the
-            first M-step gives every parent `R = 1 / capsule_types`).
+            first M-step gives every parent `R = 1 / capsule_types`); the
+            class attribute `NORMALIZATIONS` lists them.
         inverse_temperature_schedule: `"rescaled"` (default) or `"authors"`,
             see `keras_capsules.routing.inverse_temperatures`.
         kernel_initializer: initializer of `W`, shape
@@ -84,6 +84,8 @@ class MatrixCapsule(EMCapsule):
         Hinton, Sabour, Frosst. Matrix capsules with EM routing. ICLR 2018.
     """
 
+    NORMALIZATIONS = _positions.NORMALIZATIONS
+
     def __init__(
         self,
         capsule_types,
@@ -100,7 +102,7 @@ class MatrixCapsule(EMCapsule):
         em_settings=None,
         **kwargs,
     ):
-        settings = routing_settings(
+        settings = routing.EMSettings.resolve(
             em_settings,
             iterations=iterations,
             inverse_temperature=inverse_temperature,

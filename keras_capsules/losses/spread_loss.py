@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from keras_capsules._validation import is_number
+from keras_capsules._validation import check_margin
 from keras_capsules.losses.margin_loss import _one_hot_like
 
 
@@ -51,12 +51,8 @@ class SpreadLoss(keras.losses.Loss):
 
     def __init__(self, margin=0.2, reduction="sum_over_batch_size", name="spread_loss"):
         super().__init__(reduction=reduction, name=name)
-        if not (
-            isinstance(margin, keras.Variable)
-            or ops.is_tensor(margin)
-            or (is_number(margin) and 0 < margin <= 1)
-        ):
-            raise ValueError(f"`margin` must be in (0, 1]. Received: margin={margin!r}")
+        if not (isinstance(margin, keras.Variable) or ops.is_tensor(margin)):
+            check_margin("margin", margin)
         self.margin = margin
 
     def call(self, y_true, y_pred):

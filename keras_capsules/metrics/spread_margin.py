@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from keras_capsules._validation import is_number
+from keras_capsules._validation import check_margin
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -44,7 +44,7 @@ class SpreadMargin(keras.metrics.Metric):
 
     def __init__(self, margin=0.2, name="spread_margin", dtype="float32"):
         super().__init__(name=name, dtype=dtype)
-        _check_margin(margin)
+        check_margin("margin", margin)
         self.margin = self.add_variable(
             shape=(),
             initializer=keras.initializers.Constant(float(margin)),
@@ -55,7 +55,7 @@ class SpreadMargin(keras.metrics.Metric):
 
     def assign(self, margin):
         """Set the margin to `margin`, a number in (0, 1]."""
-        _check_margin(margin)
+        check_margin("margin", margin)
         self.margin.assign(float(margin))
 
     def update_state(self, *args, **kwargs):
@@ -70,8 +70,3 @@ class SpreadMargin(keras.metrics.Metric):
     def get_config(self):
         margin = float(ops.convert_to_numpy(self.margin))
         return {"margin": margin, "name": self.name, "dtype": self.dtype}
-
-
-def _check_margin(margin):
-    if not is_number(margin) or not 0 < margin <= 1:
-        raise ValueError(f"`margin` must be a number in (0, 1]. Received: margin={margin!r}")

@@ -131,6 +131,40 @@ class EMSettings:
         if tempering is not None:
             object.__setattr__(self, "tempering", tempering)
 
+    @classmethod
+    def resolve(cls, em_settings=None, **arguments):
+        """The one `EMSettings` to route with: `em_settings`, or one made of `arguments`.
+
+        A layer or model that takes the five settings as keyword arguments and
+        as `em_settings` calls this with what it received. Beside an
+        `em_settings` the five must keep their defaults: a `ValueError` names
+        those that do not.
+
+        >>> EMSettings.resolve(None, iterations=2).iterations
+        2
+        >>> EMSettings.resolve(EMSettings(iterations=2), iterations=4)
+        Traceback (most recent call last):
+        ...
+        ValueError: `em_settings` holds every EM routing setting: set `iterations` in it, \
+not beside it. Received: iterations=4
+        """
+        if em_settings is None:
+            return cls(**arguments)
+        if not isinstance(em_settings, cls):
+            raise ValueError(
+                "`em_settings` must be a keras_capsules.routing.EMSettings. "
+                f"Received: em_settings={em_settings!r}"
+            )
+        defaults = {field.name: field.default for field in dataclasses.fields(cls)}
+        given = {name: value for name, value in arguments.items() if value != defaults[name]}
+        if given:
+            raise ValueError(
+                "`em_settings` holds every EM routing setting: set "
+                f"{', '.join(f'`{name}`' for name in given)} in it, not beside it. Received: "
+                + ", ".join(f"{name}={value!r}" for name, value in given.items())
+            )
+        return em_settings
+
     def inverse_temperatures(self):
         """The `lambda` of each iteration."""
         return inverse_temperatures(
