@@ -25,6 +25,71 @@ _DISPLAY_ATTRIBUTES = ("search_start", "trial_start", "trial_number")
 _TUNER_METHODS = ("_populate_initial_space", "_is_worker", "_get_tuner_fname")
 
 
+def project_dir(oracle):
+    """The folder of `oracle`'s project, or None before the tuner has given it one."""
+    if getattr(oracle, "_directory", None) is None:
+        return None
+    return oracle._project_dir
+
+
+def oracle_file(oracle):
+    """The file keras-tuner saves `oracle`'s state in."""
+    return oracle._get_oracle_fname()
+
+
+def trial_dir(oracle, trial_id):
+    """The folder of `oracle`'s trial `trial_id`."""
+    return oracle._get_trial_dir(trial_id)
+
+
+def display(oracle):
+    """`oracle`'s progress display (its `search_start`, `trial_start` and `trial_number`)."""
+    return oracle._display
+
+
+def run_times(oracle):
+    """How many times `oracle` has run each trial: `{trial_id: runs}`, 0 for one not run."""
+    return oracle._run_times
+
+
+def retry_queue(oracle):
+    """The ids of the trials `oracle` will run again, as the list it pops them from."""
+    return oracle._retry_queue
+
+
+def set_retry_queue(oracle, trial_ids):
+    """Make the list `trial_ids` the trials `oracle` runs again."""
+    oracle._retry_queue = trial_ids
+
+
+def is_worker(tuner):
+    """Whether `tuner` is a worker of a distributed search."""
+    return tuner._is_worker()
+
+
+def tuner_file(tuner):
+    """The file keras-tuner saves `tuner`'s state in."""
+    return tuner._get_tuner_fname()
+
+
+class DeclaredSpaceTuner:
+    """A keras-tuner `Tuner` mixin: a hypermodel that declares its space is not built to find it.
+
+    keras-tuner builds the hypermodel before the search to discover its
+    hyperparameters. A tuner with this mixin first calls its
+    `declare_initial_space()`: when it returns True (it has filled the
+    oracle's space), keras-tuner's discovery is skipped.
+    """
+
+    def declare_initial_space(self):
+        """Fill the oracle's space and return True, or return False to let keras-tuner find it."""
+        return False
+
+    def _populate_initial_space(self):
+        if not self.declare_initial_space():
+            super()._populate_initial_space()
+
+
 def _oracle_module():
     return internal(_LIBRARY, "keras_tuner.src.engine.oracle")
 

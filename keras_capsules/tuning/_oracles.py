@@ -15,7 +15,7 @@ from datetime import datetime
 import keras_tuner as kt
 
 from keras_capsules._compat import keras_tuner as keras_tuner_compat
-from keras_capsules.tuning._service import _role
+from keras_capsules.tuning._service import role
 
 
 def _save_json(path, state):
@@ -45,14 +45,14 @@ class _LeaseOracleMixin:
         self.fatal_error = None
 
     def _event(self, event, **fields):
-        if getattr(self, "_directory", None) is None:
+        if keras_tuner_compat.project_dir(self) is None:
             return
         record = {"time": round(time.time(), 3), "event": event, **fields}
-        with open(os.path.join(self._project_dir, "trial_log.jsonl"), "a") as f:
+        with open(os.path.join(keras_tuner_compat.project_dir(self), "trial_log.jsonl"), "a") as f:
             f.write(json.dumps(record) + "\n")
 
     def _events(self):
-        path = os.path.join(self._project_dir, "trial_log.jsonl")
+        path = os.path.join(keras_tuner_compat.project_dir(self), "trial_log.jsonl")
         if not os.path.exists(path):
             return []
         records = []
@@ -83,7 +83,7 @@ class _LeaseOracleMixin:
     def _may_run_again(self):
         """Whether a running trial could be lost and run again: a worker is still needed."""
         return any(
-            self._run_times[trial.trial_id] < self.max_retries_per_trial
+            keras_tuner_compat.run_times(self)[trial.trial_id] < self.max_retries_per_trial
             for trial in self.ongoing_trials.values()
         )
 
@@ -98,7 +98,7 @@ class _LeaseOracleMixin:
                 "start",
                 trial_id=trial.trial_id,
                 tuner_id=tuner_id,
-                run=self._run_times[trial.trial_id] + 1,
+                run=keras_tuner_compat.run_times(self)[trial.trial_id] + 1,
                 resumed=resumed,
             )
         elif trial.status == "STOPPED" and self._may_run_again():
@@ -126,7 +126,10 @@ class _LeaseOracleMixin:
         if owner is None:
             ended = self.trials.get(trial.trial_id)
             if ended is not None and ended.status == trial.status:
-                if trial.trial_id in self.end_order or trial.trial_id in self._retry_queue:
+                if (
+                    trial.trial_id in self.end_order
+                    or trial.trial_id in keras_tuner_compat.retry_queue(self)
+                ):
                     return  # the same end sent again: its answer was cut off by a restart
             print(
                 f"Ignoring the late result of trial {trial.trial_id}: it was given up "
@@ -140,7 +143,7 @@ class _LeaseOracleMixin:
     def _end(self, trial, owner):
         # keras-tuner's display fails on a trial it did not see start (a restarted
         # chief's display misses the trials started just before the state was saved).
-        display, now = self._display, datetime.now()
+        display, now = keras_tuner_compat.display(self), datetime.now()
         display.search_start = display.search_start or now
         display.trial_start.setdefault(trial.trial_id, now)
         display.trial_number.setdefault(trial.trial_id, len(self.trials))
@@ -199,10 +202,10 @@ class _LeaseOracleMixin:
         return lost
 
     def save(self):
-        _save_json(self._get_oracle_fname(), self.get_state())
+        _save_json(keras_tuner_compat.oracle_file(self), self.get_state())
 
     def _save_trial(self, trial):
-        path = os.path.join(self._get_trial_dir(trial.trial_id), "trial.json")
+        path = os.path.join(keras_tuner_compat.trial_dir(self, trial.trial_id), "trial.json")
         _save_json(path, trial.get_state())
 
     @_synchronized
@@ -212,7 +215,7 @@ class _LeaseOracleMixin:
             self.max_trials
             and len(self.trials) >= self.max_trials
             and not self.ongoing_trials
-            and not self._retry_queue
+            and not keras_tuner_compat.retry_queue(self)
         )
 
     def set_state(self, state):
@@ -229,7 +232,7 @@ class _LeaseOracleMixin:
 
     def reload(self):
         super().reload()  # queues the trials that were running (and ended ones) for a retry
-        self._retry_queue = self._saved_retry_queue
+        keras_tuner_compat.set_retry_queue(self, self._saved_retry_queue)
         # A trial file written without the state: the chief stopped while creating
         # the trial, before any worker was told about it; the worker asks again.
         for trial_id in [t for t in self.trials if t not in self.start_order]:
@@ -237,20 +240,20 @@ class _LeaseOracleMixin:
         now = time.time()
         for tuner_id, trial in self._restored.items():
             trial.status = "RUNNING"  # its file may have been saved ended, before the state
-            if _role() == "chief":
+            if role() == "chief":
                 # Its worker may still be running it: keep it assigned; the lease
                 # gives it up if the worker does not report.
                 self.ongoing_trials[tuner_id] = trial
                 self.tuner_ids.add(tuner_id)
                 self._last_seen[tuner_id] = now
             else:
-                self._retry_queue.append(trial.trial_id)
+                keras_tuner_compat.retry_queue(self).append(trial.trial_id)
         self._recover_events()
         self._restored = {}
 
     def _recover_events(self):
         """Log the starts and ends of the state that a killed process did not log."""
-        if getattr(self, "_directory", None) is None:
+        if keras_tuner_compat.project_dir(self) is None:
             return
         last = {}  # trial id: its last start or end event
         for record in self._events():
@@ -263,7 +266,7 @@ class _LeaseOracleMixin:
                 self._event_end(trial, record["tuner_id"], recovered=True)
         for tuner_id, trial in self.ongoing_trials.items():
             if last.get(trial.trial_id, {}).get("event") != "start":
-                run = self._run_times[trial.trial_id] + 1
+                run = keras_tuner_compat.run_times(self)[trial.trial_id] + 1
                 self._event(
                     "start", trial_id=trial.trial_id, tuner_id=tuner_id, run=run, recovered=True
                 )

@@ -12,7 +12,7 @@ import threading
 import time
 
 
-def _role():
+def role():
     """`"chief"`, `"worker"` or `None` (one process), from keras-tuner's environment variables."""
     if "KERASTUNER_ORACLE_IP" not in os.environ:
         return None

@@ -54,9 +54,9 @@ from keras_capsules.tuning._oracles import _HyperbandOracle
 from keras_capsules.tuning._oracles import _RandomSearchOracle
 from keras_capsules.tuning._oracles import _save_json
 from keras_capsules.tuning._service import _Heartbeat
-from keras_capsules.tuning._service import _role
 from keras_capsules.tuning._service import _serve
 from keras_capsules.tuning._service import _worker_client
+from keras_capsules.tuning._service import role
 
 TUNERS = ("hyperband", "random", "bayesian")
 
@@ -84,10 +84,10 @@ def process_role():
     ...     process_role()
     'worker'
     """
-    return _role()
+    return role()
 
 
-class _TunerMixin:
+class _TunerMixin(keras_tuner_compat.DeclaredSpaceTuner):
     def __init__(
         self, oracle, hypermodel, *, epochs=None, heartbeat_seconds=10.0, poll_seconds=0.5, **kw
     ):
@@ -96,28 +96,29 @@ class _TunerMixin:
         self._heartbeat_seconds = heartbeat_seconds
         self._poll_seconds = poll_seconds
         self._heartbeat = None
-        if _role() == "worker":
+        if role() == "worker":
             local_oracle = keras_tuner_compat.local_oracle(self.oracle)
             self.oracle = _worker_client(local_oracle, idle_seconds=poll_seconds)
 
-    def _populate_initial_space(self):
+    def declare_initial_space(self):
         from keras_capsules.tuning.capsule_hyper_model import CapsuleHyperModel
 
         if not isinstance(self.hypermodel, CapsuleHyperModel):
-            return super()._populate_initial_space()
+            return False
         # The capsule hypermodels declare their whole space (it has no conditional
         # parts): no need to build a model, as keras-tuner does, to discover it.
         hp = self.oracle.get_space()
         self.hypermodel.declare_hyperparameters(hp)
         self.oracle.update_space(hp)
+        return True
 
     def save(self):
-        if not self._is_worker():
+        if not keras_tuner_compat.is_worker(self):
             self.oracle.save()
-        _save_json(self._get_tuner_fname(), self.get_state())
+        _save_json(keras_tuner_compat.tuner_file(self), self.get_state())
 
     def search(self, *fit_args, **fit_kwargs):
-        if _role() == "chief":
+        if role() == "chief":
             if "verbose" in fit_kwargs:
                 self.oracle.verbose = fit_kwargs["verbose"]
             self.save()
