@@ -15,6 +15,7 @@ import pytest
 
 import applications
 from keras_capsules import _download
+from keras_capsules import utils
 from keras_capsules.datasets import mnist
 from tests.conftest import BACKEND
 
@@ -119,7 +120,10 @@ def server(tmp_path):
 @pytest.fixture
 def not_installed(tmp_path, monkeypatch):
     """Neither data distribution is found; Keras's cache is a fresh folder."""
+    # The data sets find their files through `_download`, the presets through the
+    # public `utils` that `applications` reads: neither finds them.
     monkeypatch.setattr(_download, "installed_folder", lambda *parts: None)
+    monkeypatch.setattr(utils, "installed_folder", lambda *parts: None)
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
     return tmp_path / "keras_home"
 
