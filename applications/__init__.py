@@ -9,7 +9,7 @@ from applications._preset import list_presets
 from applications._preset import preset_metadata
 from applications.backbone import Backbone
 from applications.backbone_capsnet import BackboneCapsNet
-from applications.backbone_cnn import BackboneCNN
+from applications.backbone_capsnet import BackboneCNN
 from applications.baseline_cnn import BaselineCNN
 from applications.capsnet import CapsNet
 from applications.capsnet import CapsNetBackbone

@@ -4,7 +4,7 @@ import pytest
 from keras import ops
 
 import applications
-from applications.backbone_capsnet import ROUTINGS
+from applications.backbone_capsnet.backbone_capsnet import ROUTINGS
 from keras_capsules.layers import ImageConverter
 from tests._model_testing import run_classifier_test
 

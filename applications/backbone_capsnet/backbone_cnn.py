@@ -1,11 +1,11 @@
 import keras
 
-from applications._backbone import BackboneModel
-from applications._backbone import backbone_input_shape
-from applications._backbone import checked_features
 from applications._classes import resolve_classes
 from applications._softmax_classifier import SoftmaxClassifier
-from applications.recipe import Recipe
+from applications.backbone_capsnet._backbone_model import BackboneModel
+from applications.backbone_capsnet._backbone_model import backbone_input_shape
+from applications.backbone_capsnet._backbone_model import checked_features
+from applications.backbone_capsnet.backbone_capsnet import BackboneCapsNet
 from keras_capsules.utils import check_positive_ints
 from keras_capsules.utils import is_int
 
@@ -71,7 +71,8 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         heads of its size).
     """
 
-    RECIPE = Recipe(batch_size=100, learning_rate=1e-3)
+    RECIPE = BackboneCapsNet.RECIPE
+    """The capsule head's recipe: the two heads are compared trained alike."""
 
     def __init__(
         self,

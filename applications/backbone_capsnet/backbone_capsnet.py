@@ -1,9 +1,9 @@
 import keras
 
-from applications._backbone import BackboneModel
-from applications._backbone import backbone_input_shape
-from applications._backbone import checked_features
 from applications._capsule_classifier import CapsuleClassifier
+from applications.backbone_capsnet._backbone_model import BackboneModel
+from applications.backbone_capsnet._backbone_model import backbone_input_shape
+from applications.backbone_capsnet._backbone_model import checked_features
 from applications.recipe import Recipe
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.layers import ClassMatrixCapsule
