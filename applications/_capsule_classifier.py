@@ -103,7 +103,11 @@ class CapsuleClassifier(PresetMixin, Task, keras.Model):
         self.decoder = None
         if decoder_units is not None:
             self.decoder = ReconstructionDecoder(
-                input_shape, hidden_units=decoder_units, name="decoder", dtype=policy
+                input_shape,
+                hidden_units=decoder_units,
+                resolution=ReconstructionDecoder.resolution_for(input_shape),
+                name="decoder",
+                dtype=policy,
             )
             self.decoder.build((None, num_classes, poses.shape[-1]))
         if spread_margin is None:
@@ -111,7 +115,9 @@ class CapsuleClassifier(PresetMixin, Task, keras.Model):
         else:  # the margin is training state, which SpreadMarginSchedule raises
             self.spread_margin = SpreadMargin(spread_margin, name="spread_margin")
             self.margin_loss = SpreadLoss(margin=self.spread_margin.margin)
-        self.reconstruction_loss = ReconstructionLoss(weight=reconstruction_weight)
+        self.reconstruction_loss = ReconstructionLoss(
+            weight=reconstruction_weight * _drawn_share(self.decoder, input_shape)
+        )
         self.margin_loss_tracker = keras.metrics.Mean(name=self.margin_loss.name)
         if self.decoder is not None:
             self.reconstruction_loss_tracker = keras.metrics.Mean(name="reconstruction_loss")
@@ -203,6 +209,20 @@ class CapsuleClassifier(PresetMixin, Task, keras.Model):
         if config.get("spread_margin") is not None:  # the margin it is at, which a run raised
             config["spread_margin"] = round(float(self.spread_margin.result()), 6)
         return config
+
+
+def _drawn_share(decoder, image_shape):
+    """The share of the image's values the decoder draws (1 without a `resolution`).
+
+    The reconstruction loss sums the squared errors of the image's values; a
+    decoder that draws fewer and resizes its drawing has its loss scaled by
+    this share, so that `reconstruction_weight` weighs each drawn value as
+    the paper's weighs each pixel, and the loss does not grow with the image.
+    """
+    if decoder is None or decoder.resolution is None:
+        return 1.0
+    height, width = decoder.resolution
+    return height * width / (image_shape[0] * image_shape[1])
 
 
 def check_reconstruction_weight(reconstruction_weight):

@@ -121,6 +121,28 @@ def reconstruction_loss(images, reconstructions, weight=0.0005):
     return weight * (differences**2).sum(1).mean()
 
 
+def bilinear_resize(images, height, width):
+    """Images `(batch, h, w, c)` resized to `(height, width)` by bilinear interpolation.
+
+    Half-pixel centres: output pixel `i` samples the input at
+    `(i + 0.5) * h / height - 0.5`, clamped to the image, between its two
+    nearest rows (and likewise for columns).
+    """
+
+    def weights(size, new):
+        position = np.clip((np.arange(new) + 0.5) * size / new - 0.5, 0, size - 1)
+        low = np.floor(position).astype(int)
+        high = np.minimum(low + 1, size - 1)
+        matrix = np.zeros((new, size))
+        matrix[np.arange(new), low] += 1 - (position - low)
+        matrix[np.arange(new), high] += position - low
+        return matrix
+
+    rows = weights(images.shape[1], height)
+    columns = weights(images.shape[2], width)
+    return np.einsum("yi,bijc,xj->byxc", rows, images, columns)
+
+
 # Hinton et al. 2018: matrix capsules and EM routing.
 
 

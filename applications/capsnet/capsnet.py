@@ -14,10 +14,13 @@ class CapsNet(CapsuleClassifier):
     Conv1 (256 filters 9x9, ReLU) -> PrimaryCaps (32 types x 8D, 9x9 stride 2)
     -> class capsules (`num_classes` x 16D, dynamic routing) -> capsule
     lengths, plus the reconstruction decoder (512, 1024, then one output per
-    pixel and channel of `input_shape`). On 28x28 grey images with 10 classes
-    it is the paper's network, 8,215,568 parameters (`CapsNetMNIST`). Conv1
-    and PrimaryCaps are `backbone`, a `CapsNetBackbone` (images of at least
-    17x17 with the default kernels).
+    pixel and channel of `input_shape`; an image of more than 28x28x3 values
+    is drawn at the largest size of its aspect ratio within them and resized,
+    so the decoder does not grow with the image: see
+    `keras_capsules.layers.ReconstructionDecoder`). On 28x28 grey images with
+    10 classes it is the paper's network, 8,215,568 parameters
+    (`CapsNetMNIST`). Conv1 and PrimaryCaps are `backbone`, a
+    `CapsNetBackbone` (images of at least 17x17 with the default kernels).
 
     The model takes images with pixel values in [0, 255] of any size and
     colour, as `keras.utils.image_dataset_from_directory` and
@@ -51,11 +54,12 @@ class CapsNet(CapsuleClassifier):
             `decoder_units`, the decoder's hidden layer sizes (`(512, 1024)`;
             `None` builds no decoder and trains on the margin loss alone);
             `reconstruction_weight`, the reconstruction loss's scale
-            (0.0005); `image_converter`, a `keras_capsules.layers.ImageConverter`
-            that brings the images to the network's size, colour and scale
-            inside the model (its unset `image_size` and `channels` are the
-            network's; by default one that scales pixels in [0, 255] to
-            [0, 1]; `ImageConverter()` for images already in [0, 1]);
+            (0.0005 per value the decoder draws); `image_converter`, a
+            `keras_capsules.layers.ImageConverter` that brings the images to
+            the network's size, colour and scale inside the model (its unset
+            `image_size` and `channels` are the network's; by default one
+            that scales pixels in [0, 255] to [0, 1]; `ImageConverter()` for
+            images already in [0, 1]);
             `compile`, compile with `compile()`'s defaults (`True`: Adam with
             `RECIPE`'s learning rate, 1e-3 decayed by 0.96 every 2,000 steps
             as the official code, the loss above and accuracy); `dtype`, the

@@ -16,7 +16,8 @@ class EfficientCapsNet(CapsuleClassifier):
     over the whole feature map (16 capsules of 8D) -> 10 class capsules of 16D
     with self-attention routing -> capsule lengths; both capsule layers use
     the exponential squash. The reconstruction decoder (512, 1024, 784) is
-    fed the capsule of the true label during training, as in `CapsNet`.
+    fed the capsule of the true label during training, as in `CapsNet`
+    (which says how it draws images of more than 28x28x3 values).
     With the defaults the classifier has the paper's 161,824 trainable
     parameters (`count_params()` also counts the 576 moving statistics of
     batch normalisation); the decoder adds 1,411,344.
@@ -32,7 +33,8 @@ class EfficientCapsNet(CapsuleClassifier):
     values in [0, 255] of any size and colour, converted in the model,
     `{"probabilities", "poses"}` outputs (which `predict` returns), and the margin loss
     plus `reconstruction_weight` times the summed squared reconstruction
-    error (0.0005, the paper's 0.392 times the mean over 784 pixels).
+    error (0.0005 per value the decoder draws, the paper's 0.392 times the
+    mean over 784 pixels).
 
     Args:
         backbone: an `EfficientCapsNetBackbone`; by default one built from

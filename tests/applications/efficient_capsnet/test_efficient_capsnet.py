@@ -57,6 +57,23 @@ def test_other_image_sizes_and_class_counts():
     assert model.reconstruct(x).shape == (4, 32, 32, 3)
 
 
+def test_photo_sized_images_keep_the_decoder_and_its_loss_small():
+    model = applications.EfficientCapsNet(input_shape=(128, 128, 3), compile=False)
+    # The decoder draws 28x28x3 values and resizes them: 51.6M parameters if it drew all.
+    assert model.decoder.resolution == (28, 28)
+    assert model.decoder.count_params() == 3_018_544
+    assert model.count_params() == 3_617_744
+    # Each drawn value weighs 0.0005, as each pixel in the paper: the loss keeps its scale.
+    np.testing.assert_allclose(model.reconstruction_loss.weight, 0.0005 * 28 * 28 / 128**2)
+    small = applications.EfficientCapsNet(input_shape=(64, 48, 3), num_classes=3, **SMALL)
+    x = _images(2, shape=(64, 48, 3))
+    history = small.fit(x, np.array([0, 1, 2, 0]), epochs=1, verbose=0).history
+    assert np.isfinite(history["reconstruction_loss"][0])
+    reconstructions = small.reconstruct(x)
+    assert reconstructions.shape == (4, 64, 48, 3)
+    assert reconstructions.min() >= 0 and reconstructions.max() <= 1
+
+
 def test_passes_the_classifier_checks(tmp_path):
     run_classifier_test(applications.EfficientCapsNet, SMALL, _images(3), np.arange(4), tmp_path)
 
