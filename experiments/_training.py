@@ -2,8 +2,8 @@
 
 Importing this module (before Keras) also puts the repository root on `sys.path`, so the
 experiments run from a checkout without installing it, defaults the backend to TensorFlow
-with its C++ logs quietened, and imports `keras_capsules`, which selects TensorFlow's
-pooling CPU allocator for every model and baseline (unless `TF_CPU_ALLOCATOR_USE_BFC` is set).
+with its C++ logs quietened, and imports `keras_capsules`, which chooses TensorFlow's CPU
+allocator for every model and baseline alike (`keras_capsules.use_pooled_cpu_allocator`).
 """
 
 import os

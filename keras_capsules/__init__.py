@@ -6,9 +6,10 @@ import Keras or TensorFlow. Loading a saved model needs its classes
 registered: import the modules they come from first (`import applications`
 registers the prebuilt models and every layer and loss they use).
 
-Importing the package selects TensorFlow's pooling CPU allocator unless
-`TF_CPU_ALLOCATOR_USE_BFC` is set or TensorFlow has already run an operation
-(`use_pooled_cpu_allocator` says why, and how to keep TensorFlow's default).
+Importing the package selects TensorFlow's pooling CPU allocator where
+TensorFlow will run without oneDNN, unless `TF_CPU_ALLOCATOR_USE_BFC` is set
+or TensorFlow has already run an operation (`use_pooled_cpu_allocator` says
+why, and how to keep TensorFlow's default).
 """
 
 import importlib

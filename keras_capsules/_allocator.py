@@ -1,10 +1,16 @@
 """TensorFlow's pooling (BFC) CPU allocator: chosen on import, or by `use_pooled_cpu_allocator`."""
 
 import os
+import platform
 import sys
 import warnings
 
 ENVIRONMENT_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
+
+ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
+
+ONEDNN_CPU_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
+"""The CPU features (as /proc/cpuinfo names them) on which TensorFlow runs oneDNN by default."""
 
 
 def use_pooled_cpu_allocator(enabled=True):
@@ -27,17 +33,19 @@ def use_pooled_cpu_allocator(enabled=True):
     is fine. It has no effect on the JAX and PyTorch backends.
 
     Importing `keras_capsules` (and so `applications`, or the `keras-capsules`
-    command) already selects the pool, the same way, unless the variable is
-    set (a value the user set is kept: `TF_CPU_ALLOCATOR_USE_BFC=false` keeps
+    command) already selects the pool, the same way, where TensorFlow will
+    run its Eigen kernels (oneDNN off), unless the variable is set (a value
+    the user set is kept: `TF_CPU_ALLOCATOR_USE_BFC=false` keeps
     TensorFlow's default allocator) or TensorFlow's runtime has started (then
     nothing changes, silently). Call this function to choose explicitly: it
     overrides the variable.
 
-    Where TensorFlow runs its oneDNN kernels (its default on CPUs with VNNI,
-    AVX-512 VNNI or AVX-VNNI, or newer extensions, or with
-    `TF_ENABLE_ONEDNN_OPTS=1`), it takes CPU memory from oneDNN's own
-    allocator instead, which pools large tensors itself: the
-    variable then changes nothing.
+    Where TensorFlow runs its oneDNN kernels (its default on Linux x86 CPUs
+    with AVX-512 VNNI, AVX-512 BF16, AVX-VNNI or AMX, or with
+    `TF_ENABLE_ONEDNN_OPTS=1`), it takes most CPU memory from oneDNN's own
+    allocator, which pools large tensors itself, and training measured
+    slower with the variable set: the import then leaves it unset, judging
+    from `TF_ENABLE_ONEDNN_OPTS` and the CPU's features as TensorFlow does.
 
     The pool holds what the process needed at its peak, plus what
     fragmentation costs, until the process ends; the Results page ("CPU
@@ -80,13 +88,55 @@ def use_pooled_cpu_allocator(enabled=True):
     return False
 
 
+def onednn_by_default():
+    """Whether TensorFlow will run its oneDNN kernels in this process, told without importing it.
+
+    As TensorFlow decides: `TF_ENABLE_ONEDNN_OPTS` when it is set to `1`,
+    `true`, `0` or `false` (in any case); otherwise on on Linux x86 CPUs with
+    one of `ONEDNN_CPU_FLAGS`, and off elsewhere.
+
+    Example:
+
+    >>> import os
+    >>> from keras_capsules._allocator import onednn_by_default
+    >>> os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "0" or not onednn_by_default()
+    True
+    """
+    value = os.environ.get(ONEDNN_VARIABLE, "").strip().lower()
+    if value in ("1", "true"):
+        return True
+    if value in ("0", "false"):
+        return False
+    if not sys.platform.startswith("linux") or platform.machine().lower() not in (
+        "x86_64",
+        "amd64",
+    ):
+        return False
+    return bool(_cpu_flags() & set(ONEDNN_CPU_FLAGS))
+
+
+def _cpu_flags():
+    """The CPU's feature flags, as /proc/cpuinfo lists them (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return set()
+
+
 def _choose_default():
-    """Select the pool on import, unless the user set the variable or it is too late.
+    """Select the pool on import where it is faster, unless the user set the variable.
+
+    Nothing is set where TensorFlow will run oneDNN (`onednn_by_default`), or
+    its runtime has started (too late).
 
     Returns:
         `True` if this call set the variable.
     """
-    if ENVIRONMENT_VARIABLE in os.environ or _tensorflow_started():
+    if ENVIRONMENT_VARIABLE in os.environ or onednn_by_default() or _tensorflow_started():
         return False
     os.environ[ENVIRONMENT_VARIABLE] = "true"
     return True

@@ -112,6 +112,7 @@ _PROBES = {
     "command, None": (_COMMAND, None),
     "command, false": (_COMMAND, "false"),
     "oneDNN": ("", "false", "1"),
+    "import only, oneDNN": (_IMPORT_ONLY, None, "1"),
 }
 
 
@@ -188,3 +189,31 @@ def test_the_command_chooses_the_pool_unless_the_user_did(probe, value, expected
 def test_onednn_pools_cpu_memory_whatever_the_variable_says(probe):
     # What docs/scaling.md says: under oneDNN the variable changes nothing.
     assert probe("oneDNN") == ["pooled True"]
+
+
+@requires_tensorflow
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="oneDNN on x86")
+def test_importing_under_onednn_leaves_tensorflows_allocator(probe):
+    # Under oneDNN the pool measured slower: the import sets nothing.
+    assert probe("import only, oneDNN") == ["None", "pooled True"]
+
+
+_ONEDNN = """
+from keras_capsules._allocator import onednn_by_default
+from keras_capsules._compat import tensorflow
+print(onednn_by_default(), tensorflow.onednn_enabled())
+"""
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("value", [None, "False", "1"])
+def test_the_import_tells_onednn_as_tensorflow_does(value):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("TF_ENABLE_ONEDNN_OPTS", None)
+    if value is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = value
+    out = subprocess.run(
+        [sys.executable, "-c", _ONEDNN], env=env, capture_output=True, text=True, check=True
+    )
+    ours, tensorflows = out.stdout.split()
+    assert ours == tensorflows, (value, out.stdout)

@@ -1,4 +1,4 @@
-"""TensorFlow's internals: whether its runtime has started.
+"""TensorFlow's internals: whether its runtime has started, and whether it runs oneDNN.
 
 TensorFlow has no public way to tell whether its runtime has started (its
 first eager operation starts it; importing TensorFlow does not), which
@@ -29,6 +29,15 @@ def runtime_started():
         raise changed(_LIBRARY, "the eager Context's _context_handle", error) from error
 
 
+def onednn_enabled():
+    """Whether TensorFlow runs its oneDNN kernels in this process, as TensorFlow says. Imports it.
+
+    Raises:
+        InternalChanged: TensorFlow no longer tells.
+    """
+    return bool(internal(_LIBRARY, "tensorflow.python.util._pywrap_util_port", "IsMklEnabled")())
+
+
 def check():
     """Make sure the TensorFlow internals that keras-capsules uses are there.
 
@@ -40,3 +49,4 @@ def check():
     if not hasattr(context.context(), "_context_handle"):  # creates the context, starts nothing
         raise changed(_LIBRARY, "the eager Context's _context_handle")
     runtime_started()
+    onednn_enabled()
