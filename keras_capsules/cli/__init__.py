@@ -17,6 +17,7 @@ models declare (`applications` does), so that this package names none.
 """
 
 import os
+import sys
 
 __all__ = ["main"]
 
@@ -25,14 +26,17 @@ def main(argv=None, catalog=None):
     """Run the `keras-capsules` command with the arguments `argv`.
 
     TensorFlow's C++ info logs are left out (`TF_CPP_MIN_LOG_LEVEL=1`) unless
-    the environment sets `TF_CPP_MIN_LOG_LEVEL`. TensorFlow's pooling CPU
+    the environment sets `TF_CPP_MIN_LOG_LEVEL`, and so is the banner its
+    libraries print on import (oneDNN's note, the CPU features), unless
+    `keras-capsules --verbose` asks for them. TensorFlow's pooling CPU
     allocator is selected as on any import of `keras_capsules`
     (`keras_capsules.use_pooled_cpu_allocator` says when, and how to keep
     TensorFlow's default).
 
     Args:
         argv: the arguments after `keras-capsules`, as a list of strings;
-            `None` reads `sys.argv[1:]`.
+            `None` reads `sys.argv[1:]`. `--verbose` before the command
+            shows TensorFlow's start-up banner.
         catalog: the `keras_capsules.cli.catalog.Catalog` of the models the
             commands offer; `None` loads the one the installed distributions
             declare (`applications.applications_catalog.CATALOG`).
@@ -52,12 +56,16 @@ def main(argv=None, catalog=None):
     """
     from keras_capsules.cli._parser import COMMANDS
     from keras_capsules.cli._parser import build_parser
+    from keras_capsules.cli._quiet import import_tensorflow_quietly
     from keras_capsules.cli.catalog import installed_catalog
 
-    # TensorFlow's C++ info logs (the CPU features it was not built for, ...) stay out
-    # of the command's output unless the user sets TF_CPP_MIN_LOG_LEVEL; loading the
-    # catalog imports the models, and TensorFlow with them.
+    # TensorFlow's C++ info logs stay out of the command's output unless the user
+    # sets TF_CPP_MIN_LOG_LEVEL, and its import banner unless --verbose comes first;
+    # loading the catalog imports the models, and TensorFlow with them.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] != ["--verbose"]:
+        import_tensorflow_quietly()
     catalog = installed_catalog() if catalog is None else catalog
     args = build_parser(catalog).parse_args(argv)
     args.catalog = catalog

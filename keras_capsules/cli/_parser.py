@@ -35,6 +35,12 @@ def build_parser(catalog):
     parser = argparse.ArgumentParser(
         prog="keras-capsules", description="Train, evaluate, export and serve capsule networks."
     )
+    parser.add_argument(
+        "--verbose",
+        dest="show_tensorflow_banner",
+        action="store_true",
+        help="show the banner TensorFlow prints when it starts (left out by default)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for module in COMMANDS.values():
         module.add_parser(commands, catalog)
