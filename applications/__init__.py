@@ -10,6 +10,7 @@ from applications._preset import preset_metadata
 from applications.backbone import Backbone
 from applications.backbone_capsnet import BackboneCapsNet
 from applications.backbone_capsnet import BackboneCNN
+from applications.backbone_capsnet import standard_backbone
 from applications.baseline_cnn import BaselineCNN
 from applications.capsnet import CapsNet
 from applications.capsnet import CapsNetBackbone
@@ -42,6 +43,7 @@ __all__ = [
     "Recipe",
     "list_presets",
     "preset_metadata",
+    "standard_backbone",
     "CapsNetHyperModel",
     "MatrixCapsNetHyperModel",
 ]

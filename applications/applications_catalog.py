@@ -6,10 +6,12 @@ from keras_capsules.cli.catalog import Catalog
 class ApplicationsCatalog(Catalog):
     """The `keras-capsules` commands' view of `applications`.
 
-    `train` builds `CapsNet`, `EfficientCapsNet` or `MatrixCapsNet` with the
-    sizes the command's options give (`--iterations`, `--conv-filters`,
-    `--primary-capsule-types` for CapsNet; `-A` to `-D`, `--normalization`
-    and EM routing's settings for the matrix capsule network), `tune`
+    `train` builds `CapsNet`, `EfficientCapsNet`, `MatrixCapsNet` or a
+    `BackboneCapsNet` with the sizes the command's options give
+    (`--iterations`, `--conv-filters`, `--primary-capsule-types` for CapsNet;
+    `-A` to `-D`, `--normalization` and EM routing's settings for the matrix
+    capsule network; `--backbone`, `--backbone-weights`, `--routing` and
+    `--iterations` for a capsule head on a `keras.applications` model), `tune`
     searches `CapsNetHyperModel` or `MatrixCapsNetHyperModel`, and the
     commands load the shipped presets. Declared as the entry point
     `applications` of the group `keras_capsules.catalogs`.
@@ -18,7 +20,7 @@ class ApplicationsCatalog(Catalog):
 
     >>> from applications.applications_catalog import CATALOG
     >>> sorted(CATALOG.architectures())
-    ['capsnet', 'efficient-capsnet', 'matrix-capsnet']
+    ['backbone-capsnet', 'capsnet', 'efficient-capsnet', 'matrix-capsnet']
     >>> CATALOG.model_class("capsnet").RECIPE.batch_size
     100
     """
@@ -27,6 +29,8 @@ class ApplicationsCatalog(Catalog):
         "capsnet": "applications.CapsNet (dynamic routing)",
         "efficient-capsnet": "applications.EfficientCapsNet (self-attention routing)",
         "matrix-capsnet": "applications.MatrixCapsNet (EM routing)",
+        "backbone-capsnet": "applications.BackboneCapsNet (a capsule head on a "
+        "keras.applications model: --backbone)",
     }
     HYPERMODELS = {
         "capsnet": "applications.CapsNetHyperModel",
@@ -36,6 +40,7 @@ class ApplicationsCatalog(Catalog):
         "capsnet": "CapsNet",
         "efficient-capsnet": "EfficientCapsNet",
         "matrix-capsnet": "MatrixCapsNet",
+        "backbone-capsnet": "BackboneCapsNet",
     }
 
     def model_class(self, name):
@@ -44,17 +49,30 @@ class ApplicationsCatalog(Catalog):
         return getattr(applications, self._CLASSES[name])
 
     def model_arguments(self, name, args):
+        given = _given(args, ("backbone", "routing"), "backbone-capsnet", name)
+        if name == "backbone-capsnet":
+            if args.backbone is None:
+                raise ValueError(
+                    "backbone-capsnet needs --backbone NAME, a keras.applications model such "
+                    "as MobileNetV3Small, EfficientNetB0 or ResNet50"
+                )
+            given = {**given, **_given(args, ("iterations",))}
+            return {**given, "backbone_weights": args.backbone_weights}
+        if args.backbone_weights != "imagenet":
+            raise ValueError(f"--backbone-weights is for backbone-capsnet, not {name}")
         if name == "capsnet":
             return {
-                name: getattr(args, name)
-                for name in ("iterations", "conv_filters", "primary_capsule_types")
+                **_given(args, ("iterations",)),
+                **{name: getattr(args, name) for name in ("conv_filters", "primary_capsule_types")},
             }
         if name == "matrix-capsnet":
             from keras_capsules.routing import EMSettings
 
-            settings = EMSettings(**{name: getattr(args, name) for name in _EM_OPTIONS})
+            settings = EMSettings(**_given(args, _EM_OPTIONS))
             sizes = {name: getattr(args, name) for name in ("A", "B", "C", "D", "normalization")}
             return {**sizes, "em_settings": settings}
+        if args.iterations is not None:
+            raise ValueError(f"{name} routes in one pass: it takes no --iterations")
         return {}
 
     def hypermodel(self, name):
@@ -77,6 +95,19 @@ class ApplicationsCatalog(Catalog):
         import applications
 
         return applications.PresetMixin.from_preset(preset)
+
+
+def _given(args, names, only=None, model=None):
+    """`{name: value}` of the options `names` given a value (not None).
+
+    With `only`, they are options of the architecture `only` alone: a
+    `ValueError` if one is given for another `model`.
+    """
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if only is not None and model != only and given:
+        options = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ValueError(f"{options}: for {only}, not {model}")
+    return given
 
 
 _EM_OPTIONS = (

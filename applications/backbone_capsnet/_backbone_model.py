@@ -2,6 +2,7 @@
 
 import keras
 
+from applications.backbone_capsnet.standard_backbone import standard_backbone
 from keras_capsules.utils import check_image_shape
 
 
@@ -15,6 +16,27 @@ class BackboneModel:
     def head_parameters(self):
         """The number of parameters outside the backbone: the head's size."""
         return self.count_params() - self.backbone.count_params()
+
+
+def resolve_backbone(backbone, input_shape, weights):
+    """`(backbone, input_shape)`: the user's model, or the standard backbone it names.
+
+    A name (`standard_backbone`) is built for `input_shape` (224x224 by
+    default) in colour, with `weights`: a grey `input_shape` becomes RGB,
+    which the image converter makes of grey images. A model keeps its own
+    weights: `weights` is then a `ValueError` unless left at `"imagenet"`.
+    """
+    if isinstance(backbone, str):
+        if input_shape is None:
+            input_shape = (224, 224, 3)
+        input_shape = check_image_shape(input_shape)[:2] + (3,)
+        return standard_backbone(backbone, input_shape, weights=weights), input_shape
+    if weights != "imagenet":
+        raise ValueError(
+            "`backbone_weights` is for a backbone given by name; a model brings its own "
+            f"weights. Received: backbone_weights={weights!r}"
+        )
+    return backbone, backbone_input_shape(backbone, input_shape)
 
 
 def check_backbone(backbone):

@@ -2,8 +2,8 @@ import keras
 
 from applications._capsule_classifier import CapsuleClassifier
 from applications.backbone_capsnet._backbone_model import BackboneModel
-from applications.backbone_capsnet._backbone_model import backbone_input_shape
 from applications.backbone_capsnet._backbone_model import checked_features
+from applications.backbone_capsnet._backbone_model import resolve_backbone
 from applications.recipe import Recipe
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.layers import ClassMatrixCapsule
@@ -87,9 +87,11 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
 
     Args:
         backbone: a `keras.Model` or layer from images to a 4D feature map of
-            known size; its own preprocessing runs after the image converter's. To train
-            the head alone, set `backbone.trainable = False` before building
-            the model.
+            known size, its own preprocessing running after the image
+            converter's; or the name of a `keras.applications` model, e.g.
+            `"MobileNetV3Small"` or `"ResNet50"`, built by
+            `applications.standard_backbone` with its own preprocessing. To
+            train the head alone, set `model.backbone.trainable = False`.
         num_classes: number of class capsules; may be left `None` when
             `class_names` are given.
         class_names: the classes' names in label order (see `CapsNet`).
@@ -98,7 +100,11 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             `"uniform"`, `"self_attention_uniform"` and `"random"`.
         input_shape: shape of one image, `(height, width, channels)`; by
             default the backbone's input shape, which must then be fully
-            known.
+            known (224x224x3 for a backbone's name, which takes colour:
+            grey images are converted).
+        backbone_weights: for a backbone's name: `"imagenet"` (default,
+            downloaded once into Keras's cache), `None` for random weights,
+            or the path of a weights file of the model without its top.
         primary_capsule_types: capsule types per position of the primary
             convolution (32); for the self-attention routings, the number
             of primary capsules.
@@ -178,6 +184,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         class_names=None,
         routing="dynamic",
         input_shape=None,
+        backbone_weights="imagenet",
         primary_capsule_types=32,
         primary_capsule_dim=None,
         primary_kernel_size=1,
@@ -190,7 +197,7 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         **kwargs,
     ):
         check_choice("routing", routing, ROUTINGS)
-        input_shape = backbone_input_shape(backbone, input_shape)
+        backbone, input_shape = resolve_backbone(backbone, input_shape, backbone_weights)
         primary_capsule_dim, capsule_dim, iterations = _capsule_sizes(
             routing, primary_capsule_dim, capsule_dim, iterations
         )

@@ -3,8 +3,8 @@ import keras
 from applications._classes import resolve_classes
 from applications._softmax_classifier import SoftmaxClassifier
 from applications.backbone_capsnet._backbone_model import BackboneModel
-from applications.backbone_capsnet._backbone_model import backbone_input_shape
 from applications.backbone_capsnet._backbone_model import checked_features
+from applications.backbone_capsnet._backbone_model import resolve_backbone
 from applications.backbone_capsnet.backbone_capsnet import BackboneCapsNet
 from keras_capsules.utils import check_positive_ints
 from keras_capsules.utils import is_int
@@ -25,7 +25,8 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
 
     Args:
         backbone: a `keras.Model` or layer from images to a 4D feature map of
-            known size, as for `BackboneCapsNet`.
+            known size, or a `keras.applications` model's name, as for
+            `BackboneCapsNet`.
         num_classes: number of classes: by default the number of
             `class_names`, one of which is needed.
         class_names: the classes' names in label order (see `CapsNet`).
@@ -34,6 +35,7 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         head_parameters: the head's parameter budget; the hidden width is then
             computed from it. Give this or `hidden_units`, not both.
         input_shape: shape of one image; by default the backbone's.
+        backbone_weights: for a backbone's name, as for `BackboneCapsNet`.
         normalize_features: normalise the feature map's channels at every
             position before pooling (`True`), as `BackboneCapsNet`.
         name: the model's name.
@@ -82,11 +84,12 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
         hidden_units=None,
         head_parameters=None,
         input_shape=None,
+        backbone_weights="imagenet",
         normalize_features=True,
         name="backbone_cnn",
         **kwargs,
     ):
-        input_shape = backbone_input_shape(backbone, input_shape)
+        backbone, input_shape = resolve_backbone(backbone, input_shape, backbone_weights)
         num_classes, class_names = resolve_classes(num_classes, class_names, None)
         normalize = bool(normalize_features)
         width = {}

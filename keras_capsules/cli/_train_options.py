@@ -1,5 +1,6 @@
 """`train`'s options: the run, your own images, the models' sizes, EM routing."""
 
+from keras_capsules.cli._types import backbone_weights
 from keras_capsules.cli._types import data_dir
 from keras_capsules.cli._types import image_folder_argument
 from keras_capsules.cli._types import non_negative_int
@@ -134,8 +135,30 @@ def add_model_options(group):
     group.add_argument(
         "--iterations",
         type=positive_int,
-        default=3,
-        help="routing iterations (capsnet, matrix-capsnet)",
+        default=None,
+        help="routing iterations (default: the architecture's and routing's, 3 for capsnet "
+        "and matrix-capsnet)",
+    )
+    group.add_argument(
+        "--backbone",
+        default=None,
+        metavar="NAME",
+        help="backbone-capsnet: the keras.applications model the capsule head sits on, "
+        "e.g. MobileNetV3Small, EfficientNetB0 or ResNet50",
+    )
+    group.add_argument(
+        "--backbone-weights",
+        type=backbone_weights,
+        default="imagenet",
+        metavar="WEIGHTS",
+        help="backbone-capsnet: imagenet (downloaded once into Keras's cache), none, or "
+        "the path of a .weights.h5 file of the backbone without its top (imagenet)",
+    )
+    group.add_argument(
+        "--routing",
+        default=None,
+        help="backbone-capsnet: the head's routing, dynamic (default), em, self_attention "
+        "or inverted_dot_product",
     )
     group.add_argument("--conv-filters", type=positive_int, default=256, help="capsnet: Conv1")
     group.add_argument(

@@ -77,6 +77,16 @@ def tempering(text):
     return values[0] if len(values) == 1 else values
 
 
+def backbone_weights(text):
+    """`--backbone-weights`: `imagenet`, `none` (random: `None`) or an existing file."""
+    if text in ("imagenet", "none"):
+        return None if text == "none" else text
+    path = os.path.expanduser(text)
+    if not os.path.isfile(path):
+        raise argparse.ArgumentTypeError(f"{text} is not imagenet, none or a weights file")
+    return path
+
+
 def data_dir(text):
     """`--data-dir`: an existing folder that holds files, `~` expanded."""
     path = os.path.expanduser(text)

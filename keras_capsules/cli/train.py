@@ -38,7 +38,8 @@ in batches of 16 with Adam from 5e-4 decayed by 0.97 every epoch;
 `matrix-capsnet` in batches of 32 with Adam from 3e-3 and the spread loss,
 whose margin `SpreadMarginSchedule` raises from 0.2 to 0.9 over the run.
 `--iterations`, `--conv-filters` and `--primary-capsule-types` size
-`capsnet`, the EM options `matrix-capsnet`.
+`capsnet`, the EM options `matrix-capsnet`; `backbone-capsnet` puts a capsule
+head on the `keras.applications` model `--backbone` names.
 """
 
 import os

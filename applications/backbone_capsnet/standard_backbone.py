@@ -1,0 +1,109 @@
+"""The `keras.applications` models a head can sit on, by name, with their own preprocessing."""
+
+import os
+
+import keras
+
+from keras_capsules.utils import check_image_shape
+
+STANDARD_BACKBONES = {
+    **{f"ConvNeXt{size}": "convnext" for size in ("Tiny", "Small", "Base", "Large", "XLarge")},
+    **{f"DenseNet{depth}": "densenet" for depth in (121, 169, 201)},
+    **{f"EfficientNetB{index}": "efficientnet" for index in range(8)},
+    **{
+        f"EfficientNetV2{size}": "efficientnet_v2"
+        for size in ("B0", "B1", "B2", "B3", "S", "M", "L")
+    },
+    "InceptionResNetV2": "inception_resnet_v2",
+    "InceptionV3": "inception_v3",
+    "MobileNet": "mobilenet",
+    "MobileNetV2": "mobilenet_v2",
+    "MobileNetV3Small": "mobilenet_v3",
+    "MobileNetV3Large": "mobilenet_v3",
+    "NASNetMobile": "nasnet",
+    "NASNetLarge": "nasnet",
+    **{f"ResNet{depth}": "resnet" for depth in (50, 101, 152)},
+    **{f"ResNet{depth}V2": "resnet_v2" for depth in (50, 101, 152)},
+    "VGG16": "vgg16",
+    "VGG19": "vgg19",
+    "Xception": "xception",
+}
+"""`{name: module}`: the `keras.applications` models by name, and the module of each
+whose `preprocess_input` brings pixels in [0, 255] to what the model takes."""
+
+
+def standard_name(name):
+    """The `STANDARD_BACKBONES` name `name` stands for, in any case; a `ValueError` otherwise."""
+    names = {known.lower(): known for known in STANDARD_BACKBONES}
+    if not isinstance(name, str) or name.lower() not in names:
+        raise ValueError(
+            "`backbone` names a keras.applications model: one of "
+            f"{', '.join(STANDARD_BACKBONES)} (in any case). Received: backbone={name!r}"
+        )
+    return names[name.lower()]
+
+
+def standard_backbone(name, input_shape=(224, 224, 3), weights="imagenet"):
+    """A `keras.applications` model as a backbone: pixels in [0, 1] to its last feature map.
+
+    The model is built without its classifier (`include_top=False`,
+    `pooling=None`), so it returns its last feature map, and behind its own
+    preprocessing: the images, with pixel values in [0, 1] as every backbone
+    of `applications` takes them, are brought to [0, 255] and through the
+    model's `preprocess_input` (mean and scale, BGR for the Caffe-trained
+    ResNets and VGGs; nothing more for the models that rescale inside, such
+    as MobileNetV3 and EfficientNet). The preprocessing is Keras operations
+    in the functional graph, saved with the model and its exports.
+
+    Args:
+        name: a `keras.applications` model, e.g. `"MobileNetV3Small"`,
+            `"EfficientNetB0"` or `"ResNet50"` (any case); `STANDARD_BACKBONES`
+            lists them.
+        input_shape: `(height, width, 3)`; the smallest size is the model's
+            (32x32 for most).
+        weights: `"imagenet"` (downloaded once into Keras's cache, where the
+            machine can reach it), `None` for random weights, or the path of
+            a `.weights.h5` file of the model without its top.
+
+    Returns:
+        A functional `keras.Model` named after the model.
+
+    Example:
+
+    >>> from applications import standard_backbone
+    >>> backbone = standard_backbone("MobileNetV3Small", (96, 96, 3), weights=None)
+    >>> tuple(backbone.output.shape)
+    (None, 3, 3, 576)
+
+    Reference:
+        The models' papers are listed in the `keras.applications` docs.
+    """
+    name = standard_name(name)
+    input_shape = check_image_shape(input_shape)
+    if input_shape[-1] != 3:
+        raise ValueError(
+            f"{name} takes colour images: `input_shape` must have 3 channels. "
+            f"Received: input_shape={input_shape}"
+        )
+    if weights is not None and weights != "imagenet" and not os.path.isfile(str(weights)):
+        raise ValueError(
+            "`weights` must be 'imagenet', None or the path of a weights file. "
+            f"Received: weights={weights!r}"
+        )
+    module = getattr(keras.applications, STANDARD_BACKBONES[name])
+    try:
+        model = getattr(keras.applications, name)(
+            include_top=False, weights=weights, input_shape=input_shape, pooling=None
+        )
+    except Exception as error:  # keras.utils.get_file raises a bare Exception
+        if weights != "imagenet" or "fetch failure" not in str(error):
+            raise
+        raise ValueError(
+            f"Could not download {name}'s ImageNet weights ({error}). Download them where "
+            "the internet can be reached and pass the file as weights, or train from "
+            "random weights with weights=None (--backbone-weights none)."
+        ) from None
+    images = keras.Input(input_shape, name="images")
+    pixels = keras.layers.Rescaling(255.0, name="to_0_255")(images)
+    features = model(module.preprocess_input(pixels))
+    return keras.Model(images, features, name=name.lower())

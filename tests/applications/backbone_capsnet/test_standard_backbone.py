@@ -1,0 +1,88 @@
+import keras
+import numpy as np
+import pytest
+
+import applications
+from applications.backbone_capsnet.standard_backbone import STANDARD_BACKBONES
+
+
+def test_every_name_is_a_keras_application_with_its_preprocessing():
+    for name, module in STANDARD_BACKBONES.items():
+        assert callable(getattr(keras.applications, name)), name
+        assert callable(getattr(keras.applications, module).preprocess_input), name
+    public = {n for n in dir(keras.applications) if n[0].isupper()}
+    assert public == set(STANDARD_BACKBONES)  # none left out
+
+
+def test_the_models_own_preprocessing_runs_inside():
+    # ResNet50 was trained on Caffe's BGR images less the ImageNet means.
+    backbone = applications.standard_backbone("resnet50", (32, 32, 3), weights=None)
+    x = np.random.default_rng(0).uniform(0, 1, (2, 32, 32, 3)).astype("float32")
+    inner = backbone.get_layer("resnet50")
+    want = inner(keras.applications.resnet.preprocess_input(x * 255.0))
+    np.testing.assert_allclose(backbone(x), want, rtol=1e-5, atol=1e-5)
+    assert backbone.output.shape == (None, 1, 1, 2048)
+    assert not [layer for layer in backbone.layers if type(layer).__name__ == "Lambda"]
+
+
+def test_a_weights_file(tmp_path):
+    model = keras.applications.MobileNetV3Small(
+        include_top=False, weights=None, input_shape=(32, 32, 3)
+    )
+    path = str(tmp_path / "mobilenet.weights.h5")
+    model.save_weights(path)
+    backbone = applications.standard_backbone("MobileNetV3Small", (32, 32, 3), weights=path)
+    for got, want in zip(backbone.get_layer("MobileNetV3Small").weights, model.weights):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_failed_download_says_what_to_do(monkeypatch):
+    from keras.src.applications import mobilenet_v3
+
+    def offline(*args, **kwargs):
+        raise Exception("URL fetch failure on https://example.invalid: None -- no network")
+
+    monkeypatch.setattr(mobilenet_v3.file_utils, "get_file", offline)
+    with pytest.raises(ValueError, match=r"Could not download MobileNetV3Small's.*weights=None"):
+        applications.standard_backbone("MobileNetV3Small", (32, 32, 3))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"name": "ResNet51"}, "backbone"),
+        ({"name": "MobileNetV3Small", "input_shape": (32, 32, 1)}, "3 channels"),
+        ({"name": "MobileNetV3Small", "weights": "no/such/file.h5"}, "weights"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        applications.standard_backbone(**kwargs)
+
+
+def test_a_capsule_head_on_a_named_backbone(tmp_path):
+    model = applications.BackboneCapsNet(
+        "MobileNetV3Small", class_names=["a", "b"], input_shape=(32, 32, 1), backbone_weights=None
+    )
+    assert model.image_shape == (32, 32, 3)  # ImageNet models take colour; grey is converted
+    grey = np.random.default_rng(1).integers(0, 256, (4, 40, 36, 1)).astype("uint8")
+    model.fit(grey, np.array([0, 1, 0, 1]), epochs=1, verbose=0)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(
+        loaded.predict(grey, verbose=0)["probabilities"],
+        model.predict(grey, verbose=0)["probabilities"],
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    dense = applications.BackboneCNN(
+        "MobileNetV3Small", num_classes=2, input_shape=(32, 32, 3), backbone_weights=None
+    )
+    assert dense.backbone.name == "mobilenetv3small"
+
+
+def test_backbone_weights_are_for_a_name():
+    backbone = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(4, 3)])
+    with pytest.raises(ValueError, match="backbone_weights"):
+        applications.BackboneCapsNet(backbone, num_classes=2, backbone_weights=None)

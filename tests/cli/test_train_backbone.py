@@ -1,0 +1,73 @@
+"""`train backbone-capsnet`: a capsule head on a keras.applications model, from the shell."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+from keras_capsules import cli
+from tests.conftest import requires_tensorflow
+
+pytestmark = requires_tensorflow
+
+
+def _photos(root):
+    """Two classes of 6 RGB PNG photos of 40x36 pixels, dark and light."""
+    rng = np.random.default_rng(0)
+    for value, name in ((40, "dark"), (200, "light")):
+        os.makedirs(root / name)
+        for i in range(6):
+            pixels = np.clip(rng.integers(-30, 30, (40, 36, 3)) + value, 0, 255)
+            Image.fromarray(pixels.astype("uint8")).save(root / name / f"{i}.png")
+    return root
+
+
+def test_a_frozen_backbone_from_a_weights_file_trains_its_head(tmp_path):
+    base = keras.applications.MobileNetV3Small(
+        include_top=False, weights=None, input_shape=(32, 32, 3)
+    )
+    weights = str(tmp_path / "mobilenet.weights.h5")
+    base.save_weights(weights)
+    output = tmp_path / "run"
+    cli.main(
+        ["train", "backbone-capsnet", "--backbone", "mobilenetv3small"]
+        + ["--backbone-weights", weights, "--freeze-backbone", "--routing", "self_attention"]
+        + ["--images", str(_photos(tmp_path / "photos")), "--image-size", "32", "32"]
+        + ["--epochs", "1", "--batch-size", "4", "--verbose", "0", "--output", str(output)]
+    )
+    model = keras.saving.load_model(output / "model.keras")
+    assert type(model).__name__ == "BackboneCapsNet" and model.routing == "self_attention"
+    assert model.class_names == ("dark", "light") and not model.backbone.trainable
+    for got, want in zip(model.backbone.get_layer("MobileNetV3Small").weights, base.weights):
+        np.testing.assert_array_equal(got, want)  # loaded from the file, and frozen
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ([], "backbone-capsnet needs --backbone NAME"),
+        (["--backbone", "ResNet51"], "`backbone` names a keras.applications model"),
+        (["--backbone", "ResNet50", "--routing", "magic"], "routing"),
+        (["--backbone", "ResNet50", "--routing", "self_attention", "--iterations", "2"], "pass"),
+    ],
+)
+def test_backbone_capsnet_options_in_one_line(tmp_path, options, message):
+    folder = str(_photos(tmp_path / "photos"))
+    argv = ["train", "backbone-capsnet", "--backbone-weights", "none", "--images", folder]
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(argv + options + ["--output", str(tmp_path / "run")])
+    assert message in str(stopped.value) and "\n" not in str(stopped.value)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--backbone", "ResNet50"], "--backbone: for backbone-capsnet, not capsnet"),
+        (["--backbone-weights", "none"], "--backbone-weights is for backbone-capsnet"),
+    ],
+)
+def test_backbone_options_belong_to_backbone_capsnet(tmp_path, options, message):
+    with pytest.raises(SystemExit, match=message):
+        cli.main(["train", "capsnet", *options, "--output", str(tmp_path / "run")])
