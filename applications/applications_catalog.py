@@ -86,6 +86,23 @@ class ApplicationsCatalog(Catalog):
             input_shape=(28, 28, 1), num_classes=10, scale=1.0 / 255.0, batch_size=32
         )
 
+    def cheaper_option(self, name, input_shape, num_classes):
+        if name == "backbone-capsnet" or min(input_shape[:2]) < _SMALLEST_BACKBONE_INPUT:
+            return None
+
+        def build():
+            import applications
+
+            return applications.BackboneCapsNet(
+                _CHEAPER_BACKBONE,
+                num_classes=num_classes,
+                input_shape=input_shape,
+                backbone_weights=None,
+                compile=False,
+            )
+
+        return f"backbone-capsnet --backbone {_CHEAPER_BACKBONE}", build
+
     def preset_metadata(self, preset):
         import applications
 
@@ -95,6 +112,13 @@ class ApplicationsCatalog(Catalog):
         import applications
 
         return applications.PresetMixin.from_preset(preset)
+
+
+_CHEAPER_BACKBONE = "MobileNetV3Small"
+"""The backbone `train` names as the cheaper option for large images."""
+
+_SMALLEST_BACKBONE_INPUT = 32
+"""The smallest side `keras.applications` models take."""
 
 
 def _given(args, names, only=None, model=None):

@@ -48,19 +48,41 @@ def estimate(build, batch_size):
     )
 
 
-def check_fits(build, batch_size, command="train"):
-    """End the command in one line if `build()`'s model cannot train in the host's memory.
+def check_fits(build, batch_size, command="train", cheaper=None):
+    """Say in one line what `build()`'s model costs; end the command if it cannot fit.
 
-    Only on a CPU: an accelerator's memory is its own.
+    The line gives its parameters and the least memory of a training step
+    (`estimate`) and, with `cheaper` (`(option, build)` of another model for
+    the same images), that model's where it needs less. The command ends in
+    one line where the step needs more memory than the host has free; only on
+    a CPU: an accelerator's memory is its own.
     """
+    parameters, needed = estimate(build, batch_size)
+    line = (
+        f"The model has {parameters:,} parameters; a training step of {batch_size} images "
+        f"needs at least {_gib(needed)}"
+    )
+    if cheaper is not None:
+        option, build_cheaper = cheaper
+        other_parameters, other_needed = estimate(build_cheaper, batch_size)
+        if other_needed < needed:
+            line += (
+                f"; cheaper for images this size: {option} ({other_parameters:,} parameters, "
+                f"{_gib(other_needed)})"
+            )
+    print(line, flush=True)
     available = available_memory()
     if available is None or has_accelerator():
         return
-    parameters, needed = estimate(build, batch_size)
     if needed > available:
         raise SystemExit(
             f"keras-capsules {command}: this model would not fit in memory: "
             f"{parameters:,} parameters and batches of {batch_size} need at least "
-            f"{needed / 2**30:,.1f} GiB, and {available / 2**30:,.1f} GiB are free. "
+            f"{_gib(needed)}, and {_gib(available)} are free. "
             "Use smaller images (--image-size) or a smaller --batch-size"
         )
+
+
+def _gib(size):
+    """`size` bytes in GiB, or in MiB below one GiB."""
+    return f"{size / 2**30:,.1f} GiB" if size >= 2**30 else f"{size / 2**20:,.0f} MiB"

@@ -62,6 +62,15 @@ class Catalog:
         """The `keras_tuner.HyperModel` of `name`, for MNIST-sized images."""
         raise NotImplementedError
 
+    def cheaper_option(self, name, input_shape, num_classes):
+        """`(option, build)`: another model for these images `train` may name, or `None`.
+
+        `train` says what `name`'s model costs on images of `input_shape`
+        before training, and names `option` (the command-line options of the
+        other model) where the model `build()` returns needs less memory.
+        """
+        return None
+
     def preset_metadata(self, preset):
         """The metadata of the preset `preset` (a name, folder or handle)."""
         raise NotImplementedError

@@ -152,7 +152,9 @@ def _build_model(args, steps_per_epoch, spec, sizes):
     else:
         arguments.update(sizes)
         try:
-            check_fits(lambda: cls(**arguments), args.batch_size)
+            classes = len(spec["class_names"]) if spec["class_names"] else 10
+            cheaper = args.catalog.cheaper_option(args.model, spec["input_shape"], classes)
+            check_fits(lambda: cls(**arguments), args.batch_size, cheaper=cheaper)
             model = cls(**arguments)
         except ValueError as error:  # the sizes the architecture cannot take, in one line
             sized = " (the images' size: --image-size)" if "`input_shape`" in str(error) else ""

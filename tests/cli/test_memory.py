@@ -39,3 +39,20 @@ def test_a_model_that_fits_passes_and_one_that_does_not_is_one_line(monkeypatch)
     # Where the memory is unknown, or an accelerator's, nothing is refused.
     monkeypatch.setattr(_memory, "has_accelerator", lambda: True)
     _memory.check_fits(lambda: applications.CapsNet(input_shape=(256, 256, 3), compile=False), 4)
+
+
+def test_the_cost_is_one_line_with_the_cheaper_option(capsys):
+    def capsnet():
+        return applications.CapsNet(input_shape=(64, 64, 3), num_classes=10, compile=False)
+
+    def cheaper():
+        return applications.CapsNet(input_shape=(64, 64, 3), conv_filters=8, compile=False)
+
+    parameters, needed = _memory.estimate(capsnet, 100)
+    _memory.check_fits(capsnet, 100, cheaper=("--conv-filters 8", cheaper))
+    line = capsys.readouterr().out
+    assert line.count("\n") == 1 and f"{parameters:,} parameters" in line
+    assert f"{needed / 2**30:,.1f} GiB" in line and "cheaper for images this size: --conv-" in line
+    # An option that costs more is not named.
+    _memory.check_fits(cheaper, 100, cheaper=("the paper's", capsnet))
+    assert "cheaper" not in capsys.readouterr().out
