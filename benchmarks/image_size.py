@@ -20,14 +20,19 @@ estimate); one that would need more than the free memory, or has more than
 `--max-parameters`, is left out (`"skipped"`, with its parameters), and so is
 a size under a backbone's smallest (32). Training
 runs `--warmup` untimed steps (tracing) then `--steps` timed ones of
-`--batch` images (`train_on_batch`). `--repeats N` alternates the whole set N
-times and reports medians; the ratios the targets name are medians of the
-per-repeat ratios: the capsule head's speed over the dense head's on the same
-backbone, and EfficientCapsNet's over its convolutions'. `--plot FILE` draws
+`--batch` images (`train_on_batch`). A measurement that fails (out of memory:
+the estimate counts the layers' outputs, not the routing's own tensors) is
+reported with its last error line. `--cache FILE` keeps each measurement as
+it is made, so that an interrupted run measures only the rest when rerun.
+`--repeats N` alternates the whole set N times and reports medians; the
+ratios the targets name are medians of the per-repeat ratios: the capsule
+head's speed over the dense head's on the same backbone, and
+EfficientCapsNet's over its convolutions'. `--plot FILE` draws
 the figure of the Results page from the report (`--from-json` redraws it
 from a saved report without measuring).
 
-    python benchmarks/image_size.py --repeats 2 --plot docs/images/image_size.png > image_size.json
+    python benchmarks/image_size.py --repeats 2 --cache image_size.jsonl \\
+        --plot docs/images/image_size.png > image_size.json
     python benchmarks/image_size.py --sizes 32 --steps 1 --warmup 1 --batch 2  # smoke test
 """
 
@@ -36,13 +41,13 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 
 from _child import cpu_class
 from _child import cpu_model
 from _child import onednn_enabled
-from _child import run_command
 
 MODELS = (
     "capsnet",
@@ -72,8 +77,8 @@ def parse_args(argv=None):
     p.add_argument("--sizes", default="28,64,128,224", help="image sides (28,64,128,224)")
     p.add_argument("--models", default=",".join(MODELS), help="which models (all)")
     p.add_argument("--batch", type=int, default=16, help="batch size (16)")
-    p.add_argument("--steps", type=int, default=6, help="timed training steps (6)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (2)")
+    p.add_argument("--steps", type=int, default=12, help="timed training steps (12)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (3)")
     p.add_argument("--repeats", type=int, default=1, help="alternated runs; medians (1)")
     p.add_argument(
         "--max-parameters",
@@ -83,6 +88,11 @@ def parse_args(argv=None):
     )
     p.add_argument("--plot", default=None, help="draw the figure into this PNG file")
     p.add_argument("--from-json", default=None, help="redraw --plot from a saved report")
+    p.add_argument(
+        "--cache",
+        default=None,
+        help="JSON lines file of the measurements done: a rerun with it measures only the rest",
+    )
     p.add_argument("--only", default=None, help=argparse.SUPPRESS)  # MODEL:SIZE, a child
     return p.parse_args(argv)
 
@@ -184,18 +194,26 @@ def run(args):
     runs = {m: {s: [] for s in sizes} for m in models}
     passed = ["--batch", str(args.batch), "--steps", str(args.steps)]
     passed += ["--warmup", str(args.warmup), "--max-parameters", str(args.max_parameters)]
+    cached = _read_cache(args.cache)
     for repeat in range(max(args.repeats, 1)):
         for size in sizes:
             for model in models:
-                log(f"== {model} at {size}x{size}, repeat {repeat + 1} of {args.repeats} ==")
-                argv = [sys.executable, os.path.abspath(__file__), "--only", f"{model}:{size}"]
-                runs[model][size].append(run_command(argv + passed, f"{model}:{size}"))
+                key = {"model": model, "size": size, "repeat": repeat, "batch": args.batch}
+                key.update(steps=args.steps, warmup=args.warmup)
+                found = cached.get(json.dumps(key, sort_keys=True))
+                if found is None:
+                    log(f"== {model} at {size}x{size}, repeat {repeat + 1} of {args.repeats} ==")
+                    found = _measure_in_child(model, size, passed)
+                    if args.cache is not None:
+                        with open(args.cache, "a") as f:
+                            f.write(json.dumps({**key, "result": found}) + "\n")
+                runs[model][size].append(found)
     results = {}
     for model, by_size in runs.items():
         results[model] = {}
         for size, measured in by_size.items():
             first = measured[0]
-            if "skipped" in first:
+            if "images_per_s" not in first:  # skipped or failed
                 results[model][str(size)] = first
                 continue
             results[model][str(size)] = {
@@ -218,6 +236,31 @@ def run(args):
         "targets": TARGETS,
     }
     return report
+
+
+def _read_cache(path):
+    """`{key: result}` of the measurements in the JSON lines file `path` (none without one)."""
+    if path is None or not os.path.exists(path):
+        return {}
+    found = {}
+    with open(path) as f:
+        for line in f:
+            record = json.loads(line)
+            result = record.pop("result")
+            found[json.dumps(record, sort_keys=True)] = result
+    return found
+
+
+def _measure_in_child(model, size, passed):
+    """One measurement in its own process; a failed one is `{"failed": its last line}`."""
+    argv = [sys.executable, os.path.abspath(__file__), "--only", f"{model}:{size}", *passed]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        errors = [line for line in done.stderr.splitlines() if line.strip()]
+        reason = next((line for line in errors if "OOM when allocating" in line), None)
+        return {"failed": reason or (errors[-1] if errors else f"exit {done.returncode}")}
+    return json.loads(lines[-1])
 
 
 def ratios(runs):
@@ -245,6 +288,19 @@ def ratios(runs):
     return found
 
 
+_STYLE = {
+    "capsnet": ("tab:blue", False),
+    "efficient_capsnet": ("tab:orange", False),
+    "efficient_capsnet_convs": ("tab:orange", True),
+    "matrix_capsnet": ("tab:red", False),
+    "capsule_head_mobilenet": ("tab:purple", False),
+    "dense_head_mobilenet": ("tab:purple", True),
+    "capsule_head_efficientnet": ("tab:green", False),
+    "dense_head_efficientnet": ("tab:green", True),
+}
+"""`(colour, dashed)` of each model's line: a control (dashed) in its capsule model's colour."""
+
+
 def plot(report, path):
     """Parameters, training speed and peak memory against the image's side, one line a model."""
     import matplotlib
@@ -263,10 +319,17 @@ def plot(report, path):
             points = [
                 (int(size), value[key] / scale)
                 for size, value in by_size.items()
-                if key in value and "skipped" not in value
+                if key in value and "images_per_s" in value
             ]
             if points:
-                axis.plot(*zip(*points), marker="o", label=model)
+                color, dashed = _STYLE.get(model, (None, False))
+                axis.plot(
+                    *zip(*points),
+                    marker="o",
+                    label=model,
+                    color=color,
+                    linestyle="--" if dashed else "-",
+                )
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
         axis.set_xticks([28, 64, 128, 224], ["28", "64", "128", "224"])
