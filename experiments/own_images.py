@@ -49,8 +49,11 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def write_folder(root, images, labels, names, per_class):
-    """The first `per_class` images of each class as `root/CLASS/INDEX.png`; the count written."""
+def write_folder(root, images, labels, names, per_class, size=None):
+    """The first `per_class` images of each class as `root/CLASS/INDEX.png`; the count written.
+
+    With `size`, each image is upscaled to `size` x `size` (bilinear) and written in RGB.
+    """
     from PIL import Image
 
     counts = {}
@@ -59,7 +62,10 @@ def write_folder(root, images, labels, names, per_class):
             continue
         folder = os.path.join(root, names[label].replace("/", "-"))
         os.makedirs(folder, exist_ok=True)
-        Image.fromarray(image).save(os.path.join(folder, f"{index}.png"))
+        picture = Image.fromarray(image)
+        if size is not None:
+            picture = picture.resize((size, size), Image.BILINEAR).convert("RGB")
+        picture.save(os.path.join(folder, f"{index}.png"))
         counts[label] = counts.get(label, 0) + 1
     return sum(counts.values())
 
