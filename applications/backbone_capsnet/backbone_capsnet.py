@@ -202,50 +202,36 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             routing, primary_capsule_dim, capsule_dim, iterations
         )
         spread_margin = _spread_margin(routing, spread_margin)
-        check_positive_ints(
-            primary_capsule_types=primary_capsule_types,
-            primary_capsule_dim=primary_capsule_dim,
-            primary_kernel_size=primary_kernel_size,
-            capsule_dim=capsule_dim,
-            **({} if iterations is None else {"iterations": iterations}),
-        )
-        config = {
-            "routing": routing,
-            "input_shape": input_shape,
+        sizes = {
             "primary_capsule_types": primary_capsule_types,
             "primary_capsule_dim": primary_capsule_dim,
             "primary_kernel_size": primary_kernel_size,
             "capsule_dim": capsule_dim,
-            "iterations": iterations,
+        }
+        check_positive_ints(**sizes, **({} if iterations is None else {"iterations": iterations}))
+        sizes["iterations"] = iterations
+        config = {
+            "routing": routing,
+            "input_shape": input_shape,
+            **sizes,
             "normalize_features": bool(normalize_features),
             "spread_margin": spread_margin,
         }
 
         def head(features, num_classes, policy, backbone):
             features = checked_features(features, input_shape, normalize_features, policy)
-            return _head(
-                features,
-                routing,
-                num_classes=num_classes,
-                primary_capsule_types=primary_capsule_types,
-                primary_capsule_dim=primary_capsule_dim,
-                primary_kernel_size=primary_kernel_size,
-                capsule_dim=capsule_dim,
-                iterations=iterations,
-                policy=policy,
-            )
+            return _head(features, routing, num_classes=num_classes, policy=policy, **sizes)
 
+        classes = {"num_classes": num_classes, "class_names": class_names, "default_classes": None}
         super().__init__(
             backbone,
             head,
             config=config,
-            num_classes=num_classes,
-            class_names=class_names,
             decoder_units=decoder_units,
             name=name,
             image_shape=input_shape,
-            default_classes=None,
             spread_margin=spread_margin,
+            **classes,  # no default number: the user's data says
             **kwargs,
         )
         self.routing = routing
