@@ -51,10 +51,12 @@ class ApplicationsCatalog(Catalog):
     def model_arguments(self, name, args):
         given = _given(args, ("backbone", "routing"), "backbone-capsnet", name)
         if name == "backbone-capsnet":
-            if args.backbone is None:
+            preset = getattr(args, "from_preset", None)
+            if (args.backbone is None) == (preset is None):
                 raise ValueError(
                     "backbone-capsnet needs --backbone NAME, a keras.applications model such "
-                    "as MobileNetV3Small, EfficientNetB0 or ResNet50"
+                    "as MobileNetV3Small, EfficientNetB0 or ResNet50, or --from-preset, which "
+                    "brings its own; not both"
                 )
             given = {**given, **_given(args, ("iterations",))}
             return {**given, "backbone_weights": args.backbone_weights}

@@ -48,6 +48,7 @@ def test_a_frozen_backbone_from_a_weights_file_trains_its_head(tmp_path):
     "options, message",
     [
         ([], "backbone-capsnet needs --backbone NAME"),
+        (["--backbone", "ResNet50", "--from-preset", "x"], "not both"),
         (["--backbone", "ResNet51"], "`backbone` names a keras.applications model"),
         (["--backbone", "ResNet50", "--routing", "magic"], "routing"),
         (["--backbone", "ResNet50", "--routing", "self_attention", "--iterations", "2"], "pass"),
