@@ -108,6 +108,6 @@ def onednn_enabled():
     """
     if os.environ.get("KERAS_BACKEND") != "tensorflow":
         return None
-    from tensorflow.python.util import _pywrap_util_port
+    from keras_capsules._compat import tensorflow
 
-    return bool(_pywrap_util_port.IsMklEnabled())
+    return tensorflow.onednn_enabled()
