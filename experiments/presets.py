@@ -161,6 +161,13 @@ def parse_args(argv=None):
         help="train with this seed instead of the recipe's, in NAME-seedN",
     )
     parser.add_argument(
+        "--precision",
+        choices=("float32", "mixed_bfloat16", "mixed_float16"),
+        default="float32",
+        help="Keras dtype policy to train with, in NAME-POLICY (float32); the preset is "
+        "written and evaluated in float32",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="600 training and 500 test images, 2 epochs (1 after a recipe's start)",
@@ -171,9 +178,11 @@ def parse_args(argv=None):
     return args
 
 
-def recipe_for(name, smoke=False, seed=None):
+def recipe_for(name, smoke=False, seed=None, precision="float32"):
     recipe = copy.deepcopy(RECIPES[name])
     recipe["name"] = name
+    if precision != "float32":
+        recipe["precision"] = precision
     if seed is not None:
         if seed < 0:
             raise SystemExit(f"--seed must be a non-negative integer. Received: {seed}")
@@ -191,10 +200,14 @@ def recipe_for(name, smoke=False, seed=None):
 
 
 def _run_name(recipe):
-    """The run's folder name: the preset's, with `-seedN` for a seed not the recipe's own."""
-    if recipe["seed"] == RECIPES[recipe["name"]]["seed"]:
-        return recipe["name"]
-    return f"{recipe['name']}-seed{recipe['seed']}"
+    """The run's folder name: the preset's, with `-seedN` for a seed not the recipe's own
+    and `-POLICY` for a dtype policy other than float32."""
+    name = recipe["name"]
+    if recipe["seed"] != RECIPES[name]["seed"]:
+        name += f"-seed{recipe['seed']}"
+    if "precision" in recipe:
+        name += f"-{recipe['precision']}"
+    return name
 
 
 def _load(recipe):
@@ -426,6 +439,8 @@ def train(args, recipe, folder, progress):
     from keras_capsules._compile import compile_again
 
     keras.utils.set_random_seed(recipe["seed"] + progress["epochs_done"])
+    # The policy builds the model; a checkpoint keeps each layer's own.
+    keras.mixed_precision.set_dtype_policy(recipe.get("precision", "float32"))
     (x, y), (x_test, y_test) = _load(recipe)
     own = training_recipe(recipe)
     batch_size = own.batch_size
@@ -539,13 +554,28 @@ def _test_accuracy(model, x_test, y_test):
 
 
 def write_preset(args, recipe, model, progress):
-    """Evaluate in float32 and float16 storage; write the preset with its metadata."""
+    """Evaluate in float32 and float16 storage; write the preset with its metadata.
+
+    A model trained under a mixed policy is evaluated in it too
+    (`test_accuracy_trained_precision`), then copied into the recipe's model
+    built in float32, which is evaluated and written as every preset is.
+    """
     import keras
 
     import keras_capsules
 
     model = _with_class_names(model, recipe)
     _, (x_test, y_test) = _load(recipe)
+    trained_precision = {}
+    if "precision" in recipe:
+        trained_precision = {
+            "precision": recipe["precision"],
+            "test_accuracy_trained_precision": _test_accuracy(model, x_test, y_test),
+        }
+        keras.mixed_precision.set_dtype_policy("float32")
+        in_float32 = _with_class_names(_build(recipe, steps_per_epoch=1), recipe)
+        in_float32.set_weights(model.get_weights())
+        model = in_float32
     float32 = _test_accuracy(model, x_test, y_test)
     weights = [w.numpy() if hasattr(w, "numpy") else np.asarray(w) for w in model.weights]
     for variable, value in zip(model.weights, weights):
@@ -558,6 +588,8 @@ def write_preset(args, recipe, model, progress):
     command = "python experiments/presets.py " + recipe["name"]
     if args.seed is not None:
         command += f" --seed {recipe['seed']}"
+    if "precision" in recipe:
+        command += f" --precision {recipe['precision']}"
     if args.smoke:
         command += " --smoke"
     metadata = {
@@ -587,6 +619,7 @@ def write_preset(args, recipe, model, progress):
         "test_accuracy_float32": float32,
         "test_accuracy_float16_weights": float16,
         "weights_dtype": stored,
+        **trained_precision,
     }
     if args.output:
         model.save_to_preset(args.output, metadata=metadata, weights_dtype=stored)
@@ -616,7 +649,7 @@ def main(argv=None):
         }
         print(json.dumps(listed, indent=2))
         return None
-    recipe = recipe_for(args.name, smoke=args.smoke, seed=args.seed)
+    recipe = recipe_for(args.name, smoke=args.smoke, seed=args.seed, precision=args.precision)
     folder, progress = _open_run(args, recipe)
     if args.output is None and (args.smoke or _run_name(recipe) != recipe["name"]):
         args.output = os.path.join(folder, "preset")

@@ -69,6 +69,26 @@ def test_smoke_run_resumes_and_writes_a_preset(tmp_path):
     assert probabilities.shape == (4, 10) and np.all(np.isfinite(probabilities))
 
 
+@pytest.mark.slow
+def test_a_mixed_precision_run_writes_a_float32_preset(tmp_path):
+    runs = tmp_path / "runs"
+    ran = _run("--runs-dir", str(runs), "--precision", "mixed_bfloat16")
+    assert ran.returncode == 0, ran.stderr
+    preset = runs / "efficient_capsnet_mnist-mixed_bfloat16" / "preset"
+    assert json.loads(ran.stdout.splitlines()[-1])["output"] == str(preset)
+    with open(preset / "metadata.json") as f:
+        metadata = json.load(f)
+    assert metadata["precision"] == "mixed_bfloat16"
+    assert metadata["recipe"]["precision"] == "mixed_bfloat16"
+    assert "--precision mixed_bfloat16" in metadata["command"]
+    assert 0.0 <= metadata["test_accuracy_trained_precision"] <= 1.0
+
+    import applications
+
+    model = applications.EfficientCapsNet.from_preset(str(preset))
+    assert {layer.dtype_policy.name for layer in model._flatten_layers()} == {"float32"}
+
+
 def test_refuses_a_run_folder_of_another_recipe(tmp_path):
     folder = tmp_path / "runs" / "efficient_capsnet_mnist"
     folder.mkdir(parents=True)
@@ -106,6 +126,8 @@ def test_another_seed_trains_in_its_own_folder(presets, tmp_path):
     assert presets._run_name(recipe) == "capsnet_mnist-seed2"
     with pytest.raises(SystemExit, match="--seed"):
         presets.recipe_for("capsnet_mnist", seed=-1)
+    mixed = presets.recipe_for("capsnet_mnist", seed=2, precision="mixed_bfloat16")
+    assert presets._run_name(mixed) == "capsnet_mnist-seed2-mixed_bfloat16"
 
     args = presets.parse_args(["capsnet_mnist", "--seed", "2", "--runs-dir", str(tmp_path)])
     folder, progress = presets._open_run(args, recipe)
