@@ -55,8 +55,8 @@ class ApplicationsCatalog(Catalog):
             if (args.backbone is None) == (preset is None):
                 raise ValueError(
                     "backbone-capsnet needs --backbone NAME, a keras.applications model such "
-                    "as MobileNetV3Small, EfficientNetB0 or ResNet50, or --from-preset, which "
-                    "brings its own; not both"
+                    "as MobileNetV3Small, EfficientNetB0 or ResNet50 or a keras-hub image "
+                    "preset, or --from-preset, which brings its own; not both"
                 )
             given = {**given, **_given(args, ("iterations",))}
             return {**given, "backbone_weights": args.backbone_weights}

@@ -21,16 +21,17 @@ class BackboneModel:
 def resolve_backbone(backbone, input_shape, weights):
     """`(backbone, input_shape)`: the user's model, or the standard backbone it names.
 
-    A name (`standard_backbone`) is built for `input_shape` (224x224 by
-    default) in colour, with `weights`: a grey `input_shape` becomes RGB,
-    which the image converter makes of grey images. A model keeps its own
-    weights: `weights` is then a `ValueError` unless left at `"imagenet"`.
+    A name (`standard_backbone`) is built for `input_shape` (by default
+    224x224, or a keras-hub preset's size) in colour, with `weights`: a grey
+    `input_shape` becomes RGB, which the image converter makes of grey
+    images. A model keeps its own weights: `weights` is then a `ValueError`
+    unless left at `"imagenet"`.
     """
     if isinstance(backbone, str):
-        if input_shape is None:
-            input_shape = (224, 224, 3)
-        input_shape = check_image_shape(input_shape)[:2] + (3,)
-        return standard_backbone(backbone, input_shape, weights=weights), input_shape
+        if input_shape is not None:
+            input_shape = check_image_shape(input_shape)[:2] + (3,)
+        model = standard_backbone(backbone, input_shape, weights=weights)
+        return model, tuple(model.input_shape[1:])
     if weights != "imagenet":
         raise ValueError(
             "`backbone_weights` is for a backbone given by name; a model brings its own "

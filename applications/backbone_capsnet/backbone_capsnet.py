@@ -89,7 +89,8 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
         backbone: a `keras.Model` or layer from images to a 4D feature map of
             known size, its own preprocessing running after the image
             converter's; or the name of a `keras.applications` model, e.g.
-            `"MobileNetV3Small"` or `"ResNet50"`, built by
+            `"MobileNetV3Small"` or `"ResNet50"`, or, with keras-hub
+            installed, a keras-hub image preset, built by
             `applications.standard_backbone` with its own preprocessing. To
             train the head alone, set `model.backbone.trainable = False`.
         num_classes: number of class capsules; may be left `None` when
@@ -100,10 +101,11 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
             `"uniform"`, `"self_attention_uniform"` and `"random"`.
         input_shape: shape of one image, `(height, width, channels)`; by
             default the backbone's input shape, which must then be fully
-            known (224x224x3 for a backbone's name, which takes colour:
-            grey images are converted).
+            known (224x224x3 for a backbone's name, a keras-hub preset's
+            image size; these take colour: grey images are converted).
         backbone_weights: for a backbone's name: `"imagenet"` (default,
-            downloaded once into Keras's cache), `None` for random weights,
+            downloaded once into Keras's cache; a keras-hub preset's own
+            weights), `None` for random weights,
             or the path of a weights file of the model without its top.
         primary_capsule_types: capsule types per position of the primary
             convolution (32); for the self-attention routings, the number

@@ -4,6 +4,8 @@ import os
 
 import keras
 
+from applications.backbone_capsnet._hub_backbone import hub_backbone
+from applications.backbone_capsnet._hub_backbone import hub_installed
 from keras_capsules.utils import check_image_shape
 
 STANDARD_BACKBONES = {
@@ -33,18 +35,16 @@ whose `preprocess_input` brings pixels in [0, 255] to what the model takes."""
 
 
 def standard_name(name):
-    """The `STANDARD_BACKBONES` name `name` stands for, in any case; a `ValueError` otherwise."""
+    """The `STANDARD_BACKBONES` name `name` stands for, in any case, or `None`."""
     names = {known.lower(): known for known in STANDARD_BACKBONES}
-    if not isinstance(name, str) or name.lower() not in names:
-        raise ValueError(
-            "`backbone` names a keras.applications model: one of "
-            f"{', '.join(STANDARD_BACKBONES)} (in any case). Received: backbone={name!r}"
-        )
-    return names[name.lower()]
+    return names.get(name.lower()) if isinstance(name, str) else None
 
 
-def standard_backbone(name, input_shape=(224, 224, 3), weights="imagenet"):
-    """A `keras.applications` model as a backbone: pixels in [0, 1] to its last feature map.
+def standard_backbone(name, input_shape=None, weights="imagenet"):
+    """A standard model as a backbone: pixels in [0, 1] to its last feature map.
+
+    `name` is a `keras.applications` model or, where keras-hub is installed,
+    a keras-hub image preset.
 
     The model is built without its classifier (`include_top=False`,
     `pooling=None`), so it returns its last feature map, and behind its own
@@ -55,15 +55,25 @@ def standard_backbone(name, input_shape=(224, 224, 3), weights="imagenet"):
     as MobileNetV3 and EfficientNet). The preprocessing is Keras operations
     in the functional graph, saved with the model and its exports.
 
+    A keras-hub preset's backbone (`keras_hub.models.Backbone.from_preset`)
+    is built for `input_shape` where its class takes an `image_shape`, behind
+    its preset's image converter's `scale` and `offset` (its resizing is left
+    out: the model takes images of `input_shape`). Its model and the models
+    saved with it need keras-hub to load.
+
     Args:
         name: a `keras.applications` model, e.g. `"MobileNetV3Small"`,
-            `"EfficientNetB0"` or `"ResNet50"` (any case); `STANDARD_BACKBONES`
-            lists them.
+            `"EfficientNetB0"` or `"ResNet50"` (any case; `STANDARD_BACKBONES`
+            lists them), or, with keras-hub installed, a keras-hub image
+            preset: a name such as `"resnet_18_imagenet"`, a `kaggle://` or
+            `hf://` handle, or a preset folder with an `image_converter.json`.
         input_shape: `(height, width, 3)`; the smallest size is the model's
-            (32x32 for most).
+            (32x32 for most). By default 224x224, or a keras-hub preset's
+            image size.
         weights: `"imagenet"` (downloaded once into Keras's cache, where the
-            machine can reach it), `None` for random weights, or the path of
-            a `.weights.h5` file of the model without its top.
+            machine can reach it; for a keras-hub preset, the preset's own
+            weights), `None` for random weights, or the path of a
+            `.weights.h5` file of the model without its top.
 
     Returns:
         A functional `keras.Model` named after the model.
@@ -78,18 +88,29 @@ def standard_backbone(name, input_shape=(224, 224, 3), weights="imagenet"):
     Reference:
         The models' papers are listed in the `keras.applications` docs.
     """
-    name = standard_name(name)
-    input_shape = check_image_shape(input_shape)
-    if input_shape[-1] != 3:
+    known = standard_name(name)
+    if known is None and not hub_installed():
         raise ValueError(
-            f"{name} takes colour images: `input_shape` must have 3 channels. "
-            f"Received: input_shape={input_shape}"
+            "`backbone` names a keras.applications model: one of "
+            f"{', '.join(STANDARD_BACKBONES)} (in any case), or, with keras-hub installed "
+            f"(`pip install keras-hub`), a keras-hub image preset. Received: backbone={name!r}"
         )
+    if input_shape is not None:
+        input_shape = check_image_shape(input_shape)
+        if input_shape[-1] != 3:
+            raise ValueError(
+                f"{known or name} takes colour images: `input_shape` must have 3 channels. "
+                f"Received: input_shape={input_shape}"
+            )
     if weights is not None and weights != "imagenet" and not os.path.isfile(str(weights)):
         raise ValueError(
             "`weights` must be 'imagenet', None or the path of a weights file. "
             f"Received: weights={weights!r}"
         )
+    if known is None:
+        return hub_backbone(name, input_shape, weights)
+    name = known
+    input_shape = input_shape or (224, 224, 3)
     module = getattr(keras.applications, STANDARD_BACKBONES[name])
     try:
         model = getattr(keras.applications, name)(

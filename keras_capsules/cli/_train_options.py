@@ -144,15 +144,17 @@ def add_model_options(group):
         default=None,
         metavar="NAME",
         help="backbone-capsnet: the keras.applications model the capsule head sits on, "
-        "e.g. MobileNetV3Small, EfficientNetB0 or ResNet50",
+        "e.g. MobileNetV3Small, EfficientNetB0 or ResNet50, or with keras-hub installed a "
+        "keras-hub image preset (name, kaggle:// or hf:// handle, or folder)",
     )
     group.add_argument(
         "--backbone-weights",
         type=backbone_weights,
         default="imagenet",
         metavar="WEIGHTS",
-        help="backbone-capsnet: imagenet (downloaded once into Keras's cache), none, or "
-        "the path of a .weights.h5 file of the backbone without its top (imagenet)",
+        help="backbone-capsnet: imagenet (downloaded once into Keras's cache; a keras-hub "
+        "preset's own weights), none, or the path of a .weights.h5 file of the backbone "
+        "without its top (imagenet)",
     )
     group.add_argument(
         "--routing",

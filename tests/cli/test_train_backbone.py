@@ -1,4 +1,4 @@
-"""`train backbone-capsnet`: a capsule head on a keras.applications model, from the shell."""
+"""`train backbone-capsnet`: a capsule head on a standard backbone, from the shell."""
 
 import os
 
@@ -72,3 +72,31 @@ def test_backbone_capsnet_options_in_one_line(tmp_path, options, message):
 def test_backbone_options_belong_to_backbone_capsnet(tmp_path, options, message):
     with pytest.raises(SystemExit, match=message):
         cli.main(["train", "capsnet", *options, "--output", str(tmp_path / "run")])
+
+
+def test_a_keras_hub_preset_folder_as_the_backbone(tmp_path):
+    if os.environ.get("KERAS_CAPSULES_REQUIRE_KERAS_HUB") == "1":
+        import keras_hub  # CI installs it: a missing keras-hub fails there
+    else:
+        keras_hub = pytest.importorskip("keras_hub")
+    preset = str(tmp_path / "tiny_resnet")
+    keras_hub.models.ResNetBackbone(
+        input_conv_filters=[64],
+        input_conv_kernel_sizes=[3],
+        stackwise_num_filters=[64, 64],
+        stackwise_num_blocks=[1, 1],
+        stackwise_num_strides=[1, 2],
+        block_type="basic_block",
+        use_pre_activation=False,
+        image_shape=(None, None, 3),
+    ).save_to_preset(preset)
+    keras_hub.layers.ResNetImageConverter(image_size=(32, 32), scale=1 / 255).save_to_preset(preset)
+    output = tmp_path / "run"
+    cli.main(
+        ["train", "backbone-capsnet", "--backbone", preset, "--routing", "self_attention"]
+        + ["--images", str(_photos(tmp_path / "photos")), "--image-size", "32", "32"]
+        + ["--epochs", "1", "--batch-size", "4", "--verbose", "0", "--output", str(output)]
+    )
+    model = keras.saving.load_model(output / "model.keras")
+    assert model.backbone.name == "tiny_resnet" and model.class_names == ("dark", "light")
+    assert type(model.backbone.layers[-1]) is keras_hub.models.ResNetBackbone
