@@ -24,10 +24,11 @@ runs `--warmup` untimed steps (tracing) then `--steps` timed ones of
 the estimate counts the layers' outputs, not the routing's own tensors) is
 reported with its last error line. `--cache FILE` keeps each measurement as
 it is made, so that an interrupted run measures only the rest when rerun.
-`--repeats N` alternates the whole set N times and reports medians; the
-ratios the targets name are medians of the per-repeat ratios: the capsule
-head's speed over the dense head's on the same backbone, and
-EfficientCapsNet's over its convolutions'. `--plot FILE` draws
+`--precision` sets the Keras dtype policy of every model (after the
+estimate, which counts float32). `--repeats N` alternates the whole set N
+times and reports medians; the ratios the targets name are medians of the
+per-repeat ratios: the capsule head's speed over the dense head's on the
+same backbone, and EfficientCapsNet's over its convolutions'. `--plot FILE` draws
 the figure of the Results page from the report (`--from-json` redraws it
 from a saved report without measuring).
 
@@ -85,6 +86,12 @@ def parse_args(argv=None):
         type=int,
         default=200_000_000,
         help="leave out a model with more parameters (200M: minutes a step on a CPU)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("float32", "mixed_bfloat16", "mixed_float16"),
+        default="float32",
+        help="Keras dtype policy of every model (float32)",
     )
     p.add_argument("--plot", default=None, help="draw the figure into this PNG file")
     p.add_argument("--from-json", default=None, help="redraw --plot from a saved report")
@@ -152,6 +159,9 @@ def measure(model, size, args):
             "skipped": f"needs at least {needed / 2**30:.1f} GiB, "
             f"{available / 2**30:.1f} GiB are free",
         }
+    import keras
+
+    keras.mixed_precision.set_dtype_policy(args.precision)
     network = build(model, size)
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (args.batch, size, size, 3)).astype("uint8")
@@ -194,12 +204,15 @@ def run(args):
     runs = {m: {s: [] for s in sizes} for m in models}
     passed = ["--batch", str(args.batch), "--steps", str(args.steps)]
     passed += ["--warmup", str(args.warmup), "--max-parameters", str(args.max_parameters)]
+    passed += ["--precision", args.precision]
     cached = _read_cache(args.cache)
     for repeat in range(max(args.repeats, 1)):
         for size in sizes:
             for model in models:
                 key = {"model": model, "size": size, "repeat": repeat, "batch": args.batch}
                 key.update(steps=args.steps, warmup=args.warmup)
+                if args.precision != "float32":
+                    key["precision"] = args.precision
                 found = cached.get(json.dumps(key, sort_keys=True))
                 if found is None:
                     log(f"== {model} at {size}x{size}, repeat {repeat + 1} of {args.repeats} ==")
@@ -228,6 +241,7 @@ def run(args):
         "cores": os.cpu_count(),
         "backend": os.environ.get("KERAS_BACKEND", "tensorflow"),
         "onednn": onednn_enabled(),
+        "precision": args.precision,
         "batch": args.batch,
         "steps": args.steps,
         "repeats": max(args.repeats, 1),
