@@ -1,3 +1,5 @@
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -87,3 +89,10 @@ def test_backbone_weights_are_for_a_name():
     backbone = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(4, 3)])
     with pytest.raises(ValueError, match="backbone_weights"):
         applications.BackboneCapsNet(backbone, num_classes=2, backbone_weights=None)
+
+
+def test_without_keras_hub_a_name_is_a_keras_application(monkeypatch):
+    module = sys.modules["applications.backbone_capsnet.standard_backbone"]
+    monkeypatch.setattr(module, "hub_installed", lambda: False)
+    with pytest.raises(ValueError, match=r"MobileNetV3Small.*pip install keras-hub"):
+        applications.standard_backbone("resnet_18_imagenet", (32, 32, 3))
