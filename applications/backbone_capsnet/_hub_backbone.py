@@ -27,7 +27,7 @@ def hub_backbone(handle, input_shape, weights):
             `"mobilenet_v3_small_100_imagenet"`, a `kaggle://` or `hf://`
             handle, or a local preset folder.
         input_shape: `(height, width, 3)`, or `None` for the converter's
-            image size.
+            image size (224x224 if it has none).
         weights: `"imagenet"` for the preset's own weights, `None` for
             random weights, or the path of a weights file of the backbone.
 
@@ -45,7 +45,7 @@ def hub_backbone(handle, input_shape, weights):
     load = weights == "imagenet"
     try:
         converter = keras_hub.layers.ImageConverter.from_preset(handle)
-        shape = tuple(input_shape or (*converter.image_size, 3))
+        shape = tuple(input_shape or (*(converter.image_size or (224, 224)), 3))
         try:
             backbone = keras_hub.models.Backbone.from_preset(
                 handle, load_weights=load, image_shape=shape
@@ -58,8 +58,8 @@ def hub_backbone(handle, input_shape, weights):
         raise ValueError(
             f"Could not load the keras-hub preset {handle!r} ({type(error).__name__}: "
             f"{error}). It needs an image converter (image_converter.json) and a backbone; "
-            "download it where the internet can be reached and pass its folder, or pass "
-            "backbone_weights=None (--backbone-weights none) for random weights."
+            "a preset from a hub is downloaded on first use: where this machine cannot, "
+            "download it elsewhere and pass its folder."
         ) from None
     if weights is not None and not load:
         backbone.load_weights(weights)
