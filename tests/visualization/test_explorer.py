@@ -191,6 +191,7 @@ def test_the_explorer_removes_its_files_when_it_stops(tmp_path, stop):
             env=dict(
                 os.environ,
                 PYTHONUNBUFFERED="1",
+                PYTHONFAULTHANDLER="1",
                 GRADIO_ANALYTICS_ENABLED="False",
                 GRADIO_TEMP_DIR=str(uploads),
             ),
@@ -218,7 +219,14 @@ def test_the_explorer_removes_its_files_when_it_stops(tmp_path, stop):
             assert "drawing.png" in [path.name for path in written]
             assert len(written) == 3  # the drawing, the input and the reconstruction
             process.send_signal(getattr(signal, stop))
-            assert process.wait(timeout=60) == 0, logs()
+            try:
+                code = process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                # Every thread's stack (faulthandler) into the log, to see what held it.
+                process.send_signal(signal.SIGABRT)
+                process.wait(timeout=30)
+                raise AssertionError(f"still running 60 s after {stop}:\n{logs()}") from None
+            assert code == 0, logs()
         finally:
             client.close()
     finally:
