@@ -8,6 +8,8 @@ import pytest
 from PIL import Image
 
 from keras_capsules import cli
+from tests._keras_hub import keras_hub_or_skip
+from tests._keras_hub import tiny_resnet
 from tests.conftest import requires_tensorflow
 
 pytestmark = requires_tensorflow
@@ -75,21 +77,9 @@ def test_backbone_options_belong_to_backbone_capsnet(tmp_path, options, message)
 
 
 def test_a_keras_hub_preset_folder_as_the_backbone(tmp_path):
-    if os.environ.get("KERAS_CAPSULES_REQUIRE_KERAS_HUB") == "1":
-        import keras_hub  # CI installs it: a missing keras-hub fails there
-    else:
-        keras_hub = pytest.importorskip("keras_hub")
+    keras_hub = keras_hub_or_skip()
     preset = str(tmp_path / "tiny_resnet")
-    keras_hub.models.ResNetBackbone(
-        input_conv_filters=[64],
-        input_conv_kernel_sizes=[3],
-        stackwise_num_filters=[64, 64],
-        stackwise_num_blocks=[1, 1],
-        stackwise_num_strides=[1, 2],
-        block_type="basic_block",
-        use_pre_activation=False,
-        image_shape=(None, None, 3),
-    ).save_to_preset(preset)
+    tiny_resnet().save_to_preset(preset)
     keras_hub.layers.ResNetImageConverter(image_size=(32, 32), scale=1 / 255).save_to_preset(preset)
     output = tmp_path / "run"
     cli.main(

@@ -1,40 +1,24 @@
 """keras-hub image presets as backbones, from preset folders the tests write (no download)."""
 
-import os
-
 import keras
 import numpy as np
 import pytest
 
 import applications
+from tests._keras_hub import keras_hub_or_skip
+from tests._keras_hub import tiny_resnet
 
-if os.environ.get("KERAS_CAPSULES_REQUIRE_KERAS_HUB") == "1":
-    import keras_hub  # CI installs it: a missing keras-hub fails there
-else:
-    keras_hub = pytest.importorskip("keras_hub")
+keras_hub = keras_hub_or_skip()
 
 _MEAN = np.array([0.485, 0.456, 0.406])
 _STD = np.array([0.229, 0.224, 0.225])
-
-
-def _resnet():
-    return keras_hub.models.ResNetBackbone(
-        input_conv_filters=[64],
-        input_conv_kernel_sizes=[3],
-        stackwise_num_filters=[64, 64],
-        stackwise_num_blocks=[1, 1],
-        stackwise_num_strides=[1, 2],
-        block_type="basic_block",
-        use_pre_activation=False,
-        image_shape=(None, None, 3),
-    )
 
 
 @pytest.fixture(scope="module")
 def preset(tmp_path_factory):
     """A small ResNet preset folder with ImageNet's per-channel normalisation, and its backbone."""
     folder = str(tmp_path_factory.mktemp("hub") / "tiny_resnet")
-    backbone = _resnet()
+    backbone = tiny_resnet()
     converter = keras_hub.layers.ResNetImageConverter(
         image_size=(48, 40), scale=list(1 / (255 * _STD)), offset=list(-_MEAN / _STD)
     )
@@ -75,7 +59,7 @@ def test_random_weights_and_a_weights_file(preset, tmp_path):
         not np.array_equal(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want))
         for got, want in zip(inner.weights, saved.weights)
     )
-    other = _resnet()
+    other = tiny_resnet()
     path = str(tmp_path / "other.weights.h5")
     other.save_weights(path)
     loaded = applications.standard_backbone(folder, (32, 32, 3), weights=path).layers[-1]
