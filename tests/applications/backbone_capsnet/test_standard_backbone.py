@@ -96,3 +96,24 @@ def test_without_keras_hub_a_name_is_a_keras_application(monkeypatch):
     monkeypatch.setattr(module, "hub_installed", lambda: False)
     with pytest.raises(ValueError, match=r"MobileNetV3Small.*pip install keras-hub"):
         applications.standard_backbone("resnet_18_imagenet", (32, 32, 3))
+
+
+def test_a_preset_on_a_named_backbone_takes_new_classes(tmp_path):
+    model = applications.BackboneCapsNet(
+        "MobileNetV3Small",
+        num_classes=3,
+        input_shape=(32, 32, 3),
+        backbone_weights=None,
+        routing="self_attention",
+    )
+    folder = str(tmp_path / "preset")
+    model.save_to_preset(folder)
+    # The preset is read twice (the new model, then the weights' source): a functional
+    # backbone's config must survive the first reading.
+    new = applications.BackboneCapsNet.from_preset(folder, class_names=["a", "b"])
+    assert new.class_names == ("a", "b")
+    inner, kept = new.backbone.get_layer("MobileNetV3Small"), model.backbone
+    for got, want in zip(inner.weights, kept.get_layer("MobileNetV3Small").weights):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want)
+        )
