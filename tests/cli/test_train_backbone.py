@@ -90,3 +90,24 @@ def test_a_keras_hub_preset_folder_as_the_backbone(tmp_path):
     model = keras.saving.load_model(output / "model.keras")
     assert model.backbone.name == "tiny_resnet" and model.class_names == ("dark", "light")
     assert type(model.backbone.layers[-1]) is keras_hub.models.ResNetBackbone
+
+
+def test_a_preset_on_a_named_backbone_trains_on_new_classes(tmp_path):
+    import applications
+
+    preset = str(tmp_path / "preset")
+    applications.BackboneCapsNet(
+        "MobileNetV3Small",
+        class_names=["x", "y", "z"],
+        input_shape=(32, 32, 3),
+        backbone_weights=None,
+        routing="self_attention",
+    ).save_to_preset(preset)
+    output = tmp_path / "run"
+    cli.main(
+        ["train", "backbone-capsnet", "--from-preset", preset, "--freeze-backbone"]
+        + ["--images", str(_photos(tmp_path / "photos")), "--image-size", "32", "32"]
+        + ["--epochs", "1", "--batch-size", "4", "--verbose", "0", "--output", str(output)]
+    )
+    model = keras.saving.load_model(output / "model.keras")
+    assert model.class_names == ("dark", "light") and model.routing == "self_attention"
