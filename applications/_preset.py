@@ -10,7 +10,6 @@ where it is not installed, in Keras's cache, downloaded once from
 `$KERAS_CAPSULES_PRESETS_URL/NAME/model.weights.h5`.
 """
 
-import copy
 import datetime
 import json
 import os
@@ -234,8 +233,6 @@ def load_preset(cls, preset, **kwargs):
             f"The preset {preset!r} holds a {stored.__name__}, not a {cls.__name__}: load it "
             f"with applications.{stored.__name__}.from_preset({preset!r})."
         )
-    # Keras's functional from_config empties the nested configs it reads: a
-    # backbone given as a functional model is read from a copy each time.
     own = config["config"]
     if not any(key in kwargs for key in _RESHAPING):
         model = stored.from_config(_replaced(stored, own, kwargs))
@@ -246,10 +243,10 @@ def load_preset(cls, preset, **kwargs):
     for given, other in (("num_classes", "class_names"), ("class_names", "num_classes")):
         if given in kwargs and other not in kwargs:
             replaced[other] = None
-    model = stored.from_config(copy.deepcopy(replaced))
+    model = stored.from_config(replaced)
     same_names = list(model.class_names or []) == list(own.get("class_names") or [])
     new_classes = model.num_classes != own.get("num_classes") or not same_names
-    source = stored.from_config(copy.deepcopy({**own, "compile": False}))
+    source = stored.from_config({**own, "compile": False})
     load_weights(source, weights)
     model.preset_layers = tuple(transfer_weights(source, model, new_head=new_classes))
     return model

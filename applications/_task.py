@@ -4,6 +4,7 @@ After keras-hub's `Task`: `compile()` with no arguments gives the class's
 `RECIPE`, and the config round trip keeps which layers are frozen.
 """
 
+import copy
 import inspect
 import warnings
 
@@ -162,7 +163,9 @@ class Task:
     def from_config(cls, config):
         config = dict(config)
         frozen = config.pop("frozen_layers", ())
-        backbone = config.get("backbone")
+        # A deep copy: Keras's functional from_config empties the nested config it reads,
+        # and the caller's config must stay readable (a preset is read twice for new classes).
+        backbone = copy.deepcopy(config.get("backbone"))
         if isinstance(backbone, dict):
             if cls.BACKBONE is not None and "dtype" in config:  # the family's follows the task's
                 backbone = {**backbone, "config": {**backbone["config"], "dtype": config["dtype"]}}
