@@ -188,6 +188,9 @@ def test_the_explorer_removes_its_files_when_it_stops(tmp_path, stop):
             + ["--port", str(port), "--examples", "3"],
             stdout=out,
             stderr=err,
+            # A shell without job control starts background jobs with SIGINT ignored,
+            # which Python keeps: the explorer gets SIGINT as a terminal's Ctrl-C sends it.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             env=dict(
                 os.environ,
                 PYTHONUNBUFFERED="1",
