@@ -1,14 +1,11 @@
 """What the applications share: the dtype policy they resolve."""
 
-import functools
 import warnings
 
 import keras
 
 from keras_capsules.utils import has_accelerator
-
-_BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-"""CPU features that compute bfloat16 natively; without them it is emulated, slowly."""
+from keras_capsules.utils import native_bfloat16
 
 
 def dtype_policy(dtype):
@@ -24,32 +21,18 @@ def dtype_policy(dtype):
     return policy
 
 
-@functools.lru_cache(maxsize=1)
-def cpu_flags():
-    """The CPU's feature flags from `/proc/cpuinfo` (Linux); empty where unreadable."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
 _warned = []
 
 
 def _warn_if_bfloat16_is_emulated(name):
-    flags = cpu_flags()
-    if _warned or not flags or any(f in flags for f in _BFLOAT16_CPU_FLAGS):
+    if _warned or native_bfloat16() is not False:  # native, or unknown: no guess
         return
     if has_accelerator():
         return
     _warned.append(name)
     warnings.warn(
         f"The dtype policy {name!r} computes in bfloat16, which this CPU has no instructions "
-        f"for ({' or '.join(_BFLOAT16_CPU_FLAGS)}): it is emulated, and training runs about 10x "
+        "for (avx512_bf16 or amx_bf16): it is emulated, and training runs about 10x "
         "slower than in float32. Use float32 on this machine.",
         stacklevel=3,
     )

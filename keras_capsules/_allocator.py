@@ -5,6 +5,8 @@ import platform
 import sys
 import warnings
 
+from keras_capsules._devices import cpu_flags
+
 ENVIRONMENT_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
 
 ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
@@ -112,19 +114,7 @@ def onednn_by_default():
         "amd64",
     ):
         return False
-    return bool(_cpu_flags() & set(ONEDNN_CPU_FLAGS))
-
-
-def _cpu_flags():
-    """The CPU's feature flags, as /proc/cpuinfo lists them (empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.partition(":")[2].split())
-    except OSError:
-        pass
-    return set()
+    return bool(cpu_flags() & set(ONEDNN_CPU_FLAGS))
 
 
 def _choose_default():

@@ -1,4 +1,9 @@
-"""What the backend computes on: whether an accelerator is there, and the host's free memory."""
+"""What the backend computes on: an accelerator, the CPU's features, the host's free memory."""
+
+import functools
+
+BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+"""CPU features (as Linux's /proc/cpuinfo names them) that compute bfloat16 natively."""
 
 
 def has_accelerator():
@@ -21,6 +26,41 @@ def has_accelerator():
 
         return torch.cuda.is_available()
     return False
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags():
+    """The CPU's feature flags from `/proc/cpuinfo` (Linux); empty where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def native_bfloat16():
+    """Whether the CPU computes bfloat16 natively: one of `BFLOAT16_CPU_FLAGS`.
+
+    Without those instructions bfloat16 is emulated, and training in
+    `mixed_bfloat16` on the CPU runs several times slower than in float32.
+
+    Returns:
+        `True` or `False`; `None` where the CPU's features cannot be read
+        (outside Linux).
+
+    Example:
+
+    >>> from keras_capsules.utils import native_bfloat16
+    >>> native_bfloat16() in (True, False, None)
+    True
+    """
+    flags = cpu_flags()
+    if not flags:
+        return None
+    return bool(flags & set(BFLOAT16_CPU_FLAGS))
 
 
 def available_memory():

@@ -16,7 +16,8 @@ optional dependencies with these functions:
 - `installed_folder`, `install_hint` and `download`, which find a data
   distribution's files in place or fetch them once into Keras's cache,
   checked against a SHA-256 (`PRESETS_DISTRIBUTION` names the presets');
-- `has_accelerator`, whether the backend computes on a GPU or TPU;
+- `has_accelerator`, whether the backend computes on a GPU or TPU, and
+  `native_bfloat16`, whether the CPU computes bfloat16 natively;
 - `flatten_layers`, every layer inside a layer or model, nested models'
   layers included.
 
@@ -33,6 +34,7 @@ ValueError: `filters` must be a positive integer. Received: filters=0
 from keras_capsules._atomic import write_json
 from keras_capsules._compat.keras import flatten_layers
 from keras_capsules._devices import has_accelerator
+from keras_capsules._devices import native_bfloat16
 from keras_capsules._download import PRESETS_DISTRIBUTION
 from keras_capsules._download import download
 from keras_capsules._download import install_hint
@@ -66,6 +68,7 @@ __all__ = [
     "installed_folder",
     "is_int",
     "is_number",
+    "native_bfloat16",
     "require",
     "write_json",
 ]
