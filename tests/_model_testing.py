@@ -164,6 +164,25 @@ def run_classifier_test(
         _run_preset_checks(cls, model, images, str(tmp_path))
 
 
+def assert_saves_and_loads(model, images, tmp_path, rtol=1e-5, atol=1e-6):
+    """Save `model` as a `.keras` file, load it without custom objects, and compare outputs.
+
+    Returns:
+        The loaded model.
+    """
+    path = os.path.join(str(tmp_path), f"{model.name}.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert type(loaded) is type(model)
+    got, want = _numpy(loaded.predict(images, verbose=0)), _numpy(model.predict(images, verbose=0))
+    if not isinstance(want, dict):
+        got, want = {"outputs": got}, {"outputs": want}
+    assert set(got) == set(want)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol, err_msg=name)
+    return loaded
+
+
 def _frozen(model):
     """Freeze `model`'s backbone (the CNN baseline: its first layer with weights)."""
     backbone = getattr(model, "backbone", None)

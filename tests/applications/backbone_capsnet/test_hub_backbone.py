@@ -7,6 +7,7 @@ import pytest
 import applications
 from tests._keras_hub import keras_hub_or_skip
 from tests._keras_hub import tiny_resnet
+from tests._model_testing import assert_saves_and_loads
 
 keras_hub = keras_hub_or_skip()
 
@@ -76,15 +77,7 @@ def test_a_capsule_head_on_a_hub_preset_saves_and_loads(preset, tmp_path):
     assert model.image_shape == (32, 32, 3)
     grey = np.random.default_rng(1).integers(0, 256, (4, 32, 32, 1)).astype("uint8")
     model.fit(grey, np.array([0, 1, 0, 1]), epochs=1, batch_size=2, verbose=0)
-    path = str(tmp_path / "model.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(
-        loaded.predict(grey, verbose=0)["probabilities"],
-        model.predict(grey, verbose=0)["probabilities"],
-        rtol=1e-5,
-        atol=1e-6,
-    )
+    assert_saves_and_loads(model, grey, tmp_path)
 
 
 def test_what_is_not_a_hub_image_preset(preset, tmp_path):

@@ -6,6 +6,7 @@ import pytest
 
 import applications
 from applications.backbone_capsnet.standard_backbone import STANDARD_BACKBONES
+from tests._model_testing import assert_saves_and_loads
 
 
 def test_every_name_is_a_keras_application_with_its_preprocessing():
@@ -70,15 +71,7 @@ def test_a_capsule_head_on_a_named_backbone(tmp_path):
     assert model.image_shape == (32, 32, 3)  # ImageNet models take colour; grey is converted
     grey = np.random.default_rng(1).integers(0, 256, (4, 40, 36, 1)).astype("uint8")
     model.fit(grey, np.array([0, 1, 0, 1]), epochs=1, verbose=0)
-    path = str(tmp_path / "model.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(
-        loaded.predict(grey, verbose=0)["probabilities"],
-        model.predict(grey, verbose=0)["probabilities"],
-        rtol=1e-5,
-        atol=1e-6,
-    )
+    assert_saves_and_loads(model, grey, tmp_path)
     dense = applications.BackboneCNN(
         "MobileNetV3Small", num_classes=2, input_shape=(32, 32, 3), backbone_weights=None
     )
