@@ -6,6 +6,9 @@ import re
 
 import keras
 
+IMAGENET_SHAPE = (224, 224, 3)
+"""The input shape of a standard backbone whose size is not given: ImageNet's 224x224 RGB."""
+
 
 def hub_installed():
     """Whether keras-hub can be imported here."""
@@ -45,7 +48,7 @@ def hub_backbone(handle, input_shape, weights):
     load = weights == "imagenet"
     try:
         converter = keras_hub.layers.ImageConverter.from_preset(handle)
-        shape = tuple(input_shape or (*(converter.image_size or (224, 224)), 3))
+        shape = tuple(input_shape or (*(converter.image_size or IMAGENET_SHAPE[:2]), 3))
         try:
             backbone = keras_hub.models.Backbone.from_preset(
                 handle, load_weights=load, image_shape=shape

@@ -4,6 +4,7 @@ import os
 
 import keras
 
+from applications.backbone_capsnet._hub_backbone import IMAGENET_SHAPE
 from applications.backbone_capsnet._hub_backbone import hub_backbone
 from applications.backbone_capsnet._hub_backbone import hub_installed
 from keras_capsules.utils import check_image_shape
@@ -110,7 +111,7 @@ def standard_backbone(name, input_shape=None, weights="imagenet"):
     if known is None:
         return hub_backbone(name, input_shape, weights)
     name = known
-    input_shape = input_shape or (224, 224, 3)
+    input_shape = input_shape or IMAGENET_SHAPE
     module = getattr(keras.applications, STANDARD_BACKBONES[name])
     try:
         model = getattr(keras.applications, name)(
