@@ -276,6 +276,36 @@ def test_train_with_mixed_precision_and_data_parallel(tmp_path, precision):
     assert saved.get_layer("probabilities").dtype_policy.name == "float32"
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_precision_auto_records_the_policy_it_chose(tmp_path, capsys, monkeypatch, native):
+    import keras
+
+    from applications import recipe
+
+    monkeypatch.setattr(recipe, "native_bfloat16", lambda: native)
+    monkeypatch.setattr(recipe, "has_accelerator", lambda: False)
+    chosen = "mixed_bfloat16" if native and BACKEND == "tensorflow" else "float32"
+    output = str(tmp_path / "run")
+    args = ["train", "efficient-capsnet", "--output", output, "--train-size", "64"]
+    args += ["--test-size", "32", "--batch-size", "32"]
+    assert cli.main([*args, "--verbose", "0", "--precision", "auto"]) == 0
+    said = capsys.readouterr().out
+    assert f"--precision auto: {chosen} (" in said
+    if chosen == "float32":
+        assert "only for efficient-capsnet on TensorFlow" in said
+    assert keras.mixed_precision.dtype_policy().name == "float32"  # restored afterwards
+    assert json.load(open(os.path.join(output, "metrics.json")))["precision"] == chosen
+    assert json.load(open(os.path.join(output, "run.json")))["options"]["precision"] == chosen
+    saved = _model.load_model(os.path.join(output, "model.keras"))
+    assert saved.backbone.get_layer("primary_caps").dtype_policy.name == chosen
+    # The policy it chose, named, is the same run; the other one is refused.
+    assert cli.main([*args, "--verbose", "0", "--precision", chosen]) == 0
+    assert "nothing to train" in capsys.readouterr().out
+    other = "float32" if chosen == "mixed_bfloat16" else "mixed_bfloat16"
+    with pytest.raises(SystemExit, match=f"--precision '{chosen}' -> '{other}'"):
+        cli.main([*args, "--verbose", "0", "--precision", other])
+
+
 def test_resumed_history_drops_the_rows_the_backup_lacks(tmp_path):
     # A run killed after writing epoch 2's row and before saving epoch 2 resumes
     # at epoch 2 (index): its row goes, as CSVLogger will write it again.

@@ -78,7 +78,12 @@ class EfficientCapsNet(CapsuleClassifier):
 
     BACKBONE = EfficientCapsNetBackbone
     RECIPE = Recipe(
-        batch_size=16, learning_rate=5e-4, decay_rate=0.97, decay_steps=3750, decay_every_epoch=True
+        batch_size=16,
+        learning_rate=5e-4,
+        decay_rate=0.97,
+        decay_steps=3750,
+        decay_every_epoch=True,
+        bfloat16_on_cpu=True,
     )
 
     def __init__(

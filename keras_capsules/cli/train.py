@@ -95,6 +95,9 @@ def resolve_defaults(args):
     for name, default in resolved.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
+    if args.precision == "auto":
+        args.precision = own.auto_precision()
+        print(f"--precision auto: {args.precision} ({_why(args, own)})", flush=True)
     if getattr(args, "images", None) is not None and args.data is not None:
         raise SystemExit(
             f"keras-capsules train: give --images or --data, not both (got --data {args.data})"
@@ -102,6 +105,21 @@ def resolve_defaults(args):
     if getattr(args, "images", None) is None and args.data is None:
         args.data = "mnist"
     return args
+
+
+def _why(args, own):
+    """Why `--precision auto` chose what it did, in a clause."""
+    if own.bfloat16_on_cpu and args.precision != "float32":
+        return "this CPU computes bfloat16 natively, and the recipe trains faster in it"
+    pays = [
+        name
+        for name in args.catalog.architectures()
+        if args.catalog.model_class(name).RECIPE.bfloat16_on_cpu
+    ]
+    return (
+        f"mixed_bfloat16 only for {', '.join(pays)} on TensorFlow, on a CPU with avx512_bf16 "
+        "or amx_bf16 and no GPU"
+    )
 
 
 def add_parser(commands, catalog):

@@ -8,6 +8,7 @@ import pytest
 
 import applications
 from applications import _preset
+from applications import recipe as recipe_module
 from keras_capsules.callbacks import SpreadMarginSchedule
 
 TINY = dict(conv_filters=8, primary_capsule_types=2, capsule_dim=4, decoder_units=None)
@@ -104,6 +105,7 @@ def test_a_variation_is_a_replace_and_json():
         ({"max_shift": -1}, "max_shift"),
         ({"spread_margin": (0.2, 1.5)}, "spread_margin"),
         ({"spread_margin": (0.2,)}, "spread_margin"),
+        ({"bfloat16_on_cpu": "yes"}, "bfloat16_on_cpu"),
     ],
 )
 def test_a_bad_recipe_names_its_argument(changes, name):
@@ -116,3 +118,39 @@ def test_no_shipped_preset_stores_an_optimizer_argument(name):
     with open(os.path.join(_preset.PRESETS_DIR, name, _preset.CONFIG_FILE)) as f:
         config = json.load(f)["config"]
     assert not set(OPTIMIZER_ARGUMENTS) & set(config), name
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Set the backend's name, the CPU's native bfloat16 and a visible accelerator."""
+
+    def set_machine(backend="tensorflow", native=True, accelerator=False):
+        monkeypatch.setattr(recipe_module.keras.backend, "backend", lambda: backend)
+        monkeypatch.setattr(recipe_module, "native_bfloat16", lambda: native)
+        monkeypatch.setattr(recipe_module, "has_accelerator", lambda: accelerator)
+
+    return set_machine
+
+
+@pytest.mark.parametrize(
+    "machine_kind, expected",
+    [
+        ({}, "mixed_bfloat16"),
+        ({"native": False}, "float32"),  # emulated bfloat16: several times slower
+        ({"native": None}, "float32"),  # not known: no guess
+        ({"accelerator": True}, "float32"),  # measured on CPUs only
+        ({"backend": "jax"}, "float32"),
+        ({"backend": "torch"}, "float32"),
+    ],
+)
+def test_auto_precision_is_bfloat16_only_where_measured(machine, machine_kind, expected):
+    machine(**machine_kind)
+    assert applications.EfficientCapsNet.RECIPE.auto_precision() == expected
+
+
+def test_auto_precision_keeps_float32_where_bfloat16_did_not_pay(machine):
+    machine()
+    assert applications.MatrixCapsNet.RECIPE.auto_precision() == "float32"  # EM: float32 inside
+    assert applications.CapsNet.RECIPE.auto_precision() == "float32"  # its run not finished
+    assert applications.BaselineCNN.RECIPE.auto_precision() == "float32"  # not measured
+    assert applications.BackboneCapsNet.RECIPE.auto_precision() == "float32"
