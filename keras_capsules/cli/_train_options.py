@@ -108,9 +108,8 @@ def add_run_options(group):
         choices=("float32", "mixed_float16", "mixed_bfloat16", "auto"),
         default="float32",
         help="Keras dtype policy; routing runs in float32 inside. auto: mixed_bfloat16 where "
-        "the architecture's recipe trained faster in it at float32's accuracy (on TensorFlow, "
-        "on a CPU with avx512_bf16 or amx_bf16: efficient-capsnet), else float32 "
-        "(float32)",
+        "the architecture's recipe trained faster in it at float32's accuracy, on TensorFlow "
+        "on a CPU with avx512_bf16 or amx_bf16; else float32 (float32)",
     )
     group.add_argument(
         "--distribute",

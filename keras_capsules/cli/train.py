@@ -109,7 +109,7 @@ def resolve_defaults(args):
 
 def _why(args, own):
     """Why `--precision auto` chose what it did, in a clause."""
-    if own.bfloat16_on_cpu and args.precision != "float32":
+    if args.precision == "mixed_bfloat16":
         return "this CPU computes bfloat16 natively, and the recipe trains faster in it"
     pays = [
         name
