@@ -4,6 +4,7 @@ import warnings
 
 import keras
 
+from keras_capsules.utils import BFLOAT16_CPU_FLAGS
 from keras_capsules.utils import has_accelerator
 from keras_capsules.utils import native_bfloat16
 
@@ -32,7 +33,7 @@ def _warn_if_bfloat16_is_emulated(name):
     _warned.append(name)
     warnings.warn(
         f"The dtype policy {name!r} computes in bfloat16, which this CPU has no instructions "
-        "for (avx512_bf16 or amx_bf16): it is emulated, and training runs about 10x "
+        f"for ({' or '.join(BFLOAT16_CPU_FLAGS)}): it is emulated, and training runs about 10x "
         "slower than in float32. Use float32 on this machine.",
         stacklevel=3,
     )

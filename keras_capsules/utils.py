@@ -17,7 +17,8 @@ optional dependencies with these functions:
   distribution's files in place or fetch them once into Keras's cache,
   checked against a SHA-256 (`PRESETS_DISTRIBUTION` names the presets');
 - `has_accelerator`, whether the backend computes on a GPU or TPU, and
-  `native_bfloat16`, whether the CPU computes bfloat16 natively;
+  `native_bfloat16`, whether the CPU computes bfloat16 natively (one of
+  `BFLOAT16_CPU_FLAGS`);
 - `flatten_layers`, every layer inside a layer or model, nested models'
   layers included.
 
@@ -33,6 +34,7 @@ ValueError: `filters` must be a positive integer. Received: filters=0
 
 from keras_capsules._atomic import write_json
 from keras_capsules._compat.keras import flatten_layers
+from keras_capsules._devices import BFLOAT16_CPU_FLAGS
 from keras_capsules._devices import has_accelerator
 from keras_capsules._devices import native_bfloat16
 from keras_capsules._download import PRESETS_DISTRIBUTION
@@ -52,6 +54,7 @@ from keras_capsules._validation import is_int
 from keras_capsules._validation import is_number
 
 __all__ = [
+    "BFLOAT16_CPU_FLAGS",
     "MODEL_ARGUMENTS",
     "PRESETS_DISTRIBUTION",
     "check_choice",

@@ -51,6 +51,7 @@ from keras_capsules._atomic import final_path
 from keras_capsules._atomic import reason
 from keras_capsules._atomic import remove_stale
 from keras_capsules._atomic import write_json
+from keras_capsules._devices import BFLOAT16_CPU_FLAGS
 from keras_capsules.cli import _training
 from keras_capsules.cli._distribution import check_steps_per_execution
 from keras_capsules.cli._distribution import distribution_scope
@@ -117,8 +118,8 @@ def _why(args, own):
         if args.catalog.model_class(name).RECIPE.bfloat16_on_cpu
     ]
     return (
-        f"mixed_bfloat16 only for {', '.join(pays)} on TensorFlow, on a CPU with avx512_bf16 "
-        "or amx_bf16 and no GPU"
+        f"mixed_bfloat16 only for {', '.join(pays)} on TensorFlow, on a CPU with "
+        f"{' or '.join(BFLOAT16_CPU_FLAGS)} and no GPU"
     )
 
 
