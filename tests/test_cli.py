@@ -292,7 +292,7 @@ def test_precision_auto_records_the_policy_it_chose(tmp_path, capsys, monkeypatc
     said = capsys.readouterr().out
     assert f"--precision auto: {chosen} (" in said
     if chosen == "float32":
-        assert "only for efficient-capsnet on TensorFlow" in said
+        assert "only for capsnet, efficient-capsnet on TensorFlow" in said
     assert keras.mixed_precision.dtype_policy().name == "float32"  # restored afterwards
     assert json.load(open(os.path.join(output, "metrics.json")))["precision"] == chosen
     assert json.load(open(os.path.join(output, "run.json")))["options"]["precision"] == chosen

@@ -90,7 +90,7 @@ class CapsNet(CapsuleClassifier):
     """
 
     BACKBONE = CapsNetBackbone
-    RECIPE = Recipe(batch_size=100, learning_rate=1e-3)
+    RECIPE = Recipe(batch_size=100, learning_rate=1e-3, bfloat16_on_cpu=True)
 
     def __init__(
         self,

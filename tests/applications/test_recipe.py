@@ -145,12 +145,12 @@ def machine(monkeypatch):
 )
 def test_auto_precision_is_bfloat16_only_where_measured(machine, machine_kind, expected):
     machine(**machine_kind)
+    assert applications.CapsNet.RECIPE.auto_precision() == expected
     assert applications.EfficientCapsNet.RECIPE.auto_precision() == expected
 
 
 def test_auto_precision_keeps_float32_where_bfloat16_did_not_pay(machine):
     machine()
     assert applications.MatrixCapsNet.RECIPE.auto_precision() == "float32"  # EM: float32 inside
-    assert applications.CapsNet.RECIPE.auto_precision() == "float32"  # its run not finished
     assert applications.BaselineCNN.RECIPE.auto_precision() == "float32"  # not measured
     assert applications.BackboneCapsNet.RECIPE.auto_precision() == "float32"
