@@ -98,7 +98,7 @@ def resolve_defaults(args):
             setattr(args, name, default)
     if args.precision == "auto":
         args.precision = own.auto_precision()
-        print(f"--precision auto: {args.precision} ({_why(args, own)})", flush=True)
+        print(f"--precision auto: {args.precision} ({_why(args)})", flush=True)
     if getattr(args, "images", None) is not None and args.data is not None:
         raise SystemExit(
             f"keras-capsules train: give --images or --data, not both (got --data {args.data})"
@@ -108,7 +108,7 @@ def resolve_defaults(args):
     return args
 
 
-def _why(args, own):
+def _why(args):
     """Why `--precision auto` chose what it did, in a clause."""
     if args.precision == "mixed_bfloat16":
         return "this CPU computes bfloat16 natively, and the recipe trains faster in it"
