@@ -1,5 +1,6 @@
 """`train`'s options: the run, your own images, the models' sizes, EM routing."""
 
+from keras_capsules._devices import BFLOAT16_CPU_FLAGS
 from keras_capsules.cli._types import backbone_weights
 from keras_capsules.cli._types import data_dir
 from keras_capsules.cli._types import image_folder_argument
@@ -109,7 +110,7 @@ def add_run_options(group):
         default="float32",
         help="Keras dtype policy; routing runs in float32 inside. auto: mixed_bfloat16 where "
         "the architecture's recipe trained faster in it at float32's accuracy, on TensorFlow "
-        "on a CPU with avx512_bf16 or amx_bf16; else float32 (float32)",
+        f"on a CPU with {' or '.join(BFLOAT16_CPU_FLAGS)}; else float32 (float32)",
     )
     group.add_argument(
         "--distribute",
