@@ -1,5 +1,6 @@
 import keras
 
+from keras_capsules.layers._shapes import output_spec
 from keras_capsules.ops import EPSILON
 from keras_capsules.ops import length
 
@@ -41,6 +42,9 @@ class Length(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1])
+
+    def compute_output_spec(self, inputs):
+        return output_spec(self, inputs)
 
     def get_config(self):
         config = super().get_config()

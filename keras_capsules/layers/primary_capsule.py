@@ -2,6 +2,7 @@ import keras
 
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._convolutional_capsule import ConvolutionalCapsule
+from keras_capsules.layers._shapes import output_spec
 from keras_capsules.ops import squash
 
 
@@ -76,6 +77,9 @@ class PrimaryCapsule(ConvolutionalCapsule):
 
     def compute_output_shape(self, input_shape):
         return self._capsule_list_shape(input_shape, self.capsule_types, self.capsule_dim)
+
+    def compute_output_spec(self, inputs):
+        return output_spec(self, inputs)
 
     def get_config(self):
         config = super().get_config()

@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._convolutional_capsule import ConvolutionalCapsule
+from keras_capsules.layers._shapes import output_spec
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -85,6 +86,9 @@ class PrimaryMatrixCapsule(ConvolutionalCapsule):
             (batch, height, width, self.capsule_types, 16),
             (batch, height, width, self.capsule_types),
         )
+
+    def compute_output_spec(self, inputs):
+        return output_spec(self, inputs)
 
     def get_config(self):
         config = super().get_config()
