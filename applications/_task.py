@@ -38,6 +38,20 @@ class Task:
     BACKBONE = None
     """The family's backbone class, which `backbone=None` builds (`_backbone`)."""
 
+    OPTIONS = ()
+    """The family's command-line options (`keras_capsules.cli.option.Option`), one per
+    constructor argument `keras-capsules train` sets; `option_arguments` reads them."""
+
+    @classmethod
+    def option_arguments(cls, values):
+        """The constructor arguments that the values of `OPTIONS` give, `{argument: value}`.
+
+        `values` holds one value per option (its `default` where it was not
+        given). The family's arguments are the options' own; a family whose
+        constructor takes some of them as one value overrides this.
+        """
+        return dict(values)
+
     # Compile -------------------------------------------------------------------
 
     def _default_metrics(self):

@@ -14,7 +14,7 @@ import pytest
 from keras_capsules import cli
 from keras_capsules.cli import _model
 from keras_capsules.cli import _training
-from keras_capsules.cli import _types
+from keras_capsules.cli import argument_types
 from tests.conftest import BACKEND
 from tests.conftest import requires_tensorflow
 
@@ -141,7 +141,8 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
         with pytest.raises(SystemExit) as error:
             cli.main(["train", "matrix-capsnet", "--tempering", bad])
         assert error.value.code == 2 and "--tempering" in capsys.readouterr().err
-    assert _types.tempering("0.1,0.5") == [0.1, 0.5] and _types.tempering("1") == 1.0
+    assert argument_types.tempering("0.1,0.5") == [0.1, 0.5]
+    assert argument_types.tempering("1") == 1.0
     # One tau per E-step: 3 iterations have 2. Refused before anything is written.
     output = tmp_path / "em"
     with pytest.raises(SystemExit, match=r"`tempering` must be .* one per E-step \(2 for 3"):

@@ -5,6 +5,9 @@ from applications.backbone_capsnet._backbone_model import BackboneModel
 from applications.backbone_capsnet._backbone_model import checked_features
 from applications.backbone_capsnet._backbone_model import resolve_backbone
 from applications.recipe import Recipe
+from keras_capsules.cli.argument_types import backbone_weights
+from keras_capsules.cli.argument_types import positive_int
+from keras_capsules.cli.option import Option
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.layers import DepthwisePrimaryCapsule
@@ -30,6 +33,12 @@ ROUTINGS = (
 
 _ITERATIONS = {"dynamic": 3, "em": 3, "inverted_dot_product": 2}
 """Each routing's default number of iterations."""
+
+_CHEAPER_BACKBONE = "MobileNetV3Small"
+"""The backbone of `cheaper_option`."""
+
+_SMALLEST_BACKBONE_INPUT = 32
+"""The smallest side `keras.applications` models take."""
 
 _ONE_PASS = ("self_attention", "uniform", "self_attention_uniform", "random")
 """The routings that route in one pass: no iterations to set."""
@@ -178,6 +187,54 @@ class BackboneCapsNet(BackboneModel, CapsuleClassifier):
     """
 
     RECIPE = Recipe(batch_size=100, learning_rate=1e-3)
+    OPTIONS = (
+        Option(
+            "backbone",
+            "the keras.applications model the capsule head sits on, e.g. MobileNetV3Small, "
+            "EfficientNetB0 or ResNet50, or with keras-hub installed a keras-hub image preset "
+            "(name, kaggle:// or hf:// handle, or folder)",
+            metavar="NAME",
+            required=True,
+        ),
+        Option(
+            "backbone_weights",
+            "imagenet (downloaded once into Keras's cache; a keras-hub preset's own weights), "
+            "none, or the path of a .weights.h5 file of the backbone without its top",
+            type=backbone_weights,
+            default="imagenet",
+            metavar="WEIGHTS",
+        ),
+        Option("routing", "the head's routing", choices=ROUTINGS, default="dynamic"),
+        Option(
+            "iterations",
+            "routing iterations (default: the routing's, 3 for dynamic and em, 2 for "
+            "inverted_dot_product; the others route in one pass and take none)",
+            type=positive_int,
+            metavar="N",
+        ),
+    )
+
+    @classmethod
+    def cheaper_option(cls, input_shape, num_classes):
+        """`(options, build)`: this family's cheaper model for images of `input_shape`, or `None`.
+
+        `keras-capsules train` names it where another architecture needs more
+        memory: a capsule head on `MobileNetV3Small` (for images of at least
+        32x32, the smallest `keras.applications` models take).
+        """
+        if min(input_shape[:2]) < _SMALLEST_BACKBONE_INPUT:
+            return None
+
+        def build():
+            return cls(
+                _CHEAPER_BACKBONE,
+                num_classes=num_classes,
+                input_shape=input_shape,
+                backbone_weights=None,
+                compile=False,
+            )
+
+        return f"--backbone {_CHEAPER_BACKBONE}", build
 
     def __init__(
         self,

@@ -3,6 +3,8 @@ import keras
 from applications._capsule_classifier import CapsuleClassifier
 from applications.capsnet.capsnet_backbone import CapsNetBackbone
 from applications.recipe import Recipe
+from keras_capsules.cli.argument_types import positive_int
+from keras_capsules.cli.option import Option
 from keras_capsules.layers import CapsuleLayer
 from keras_capsules.utils import check_positive_ints
 
@@ -91,6 +93,17 @@ class CapsNet(CapsuleClassifier):
 
     BACKBONE = CapsNetBackbone
     RECIPE = Recipe(batch_size=100, learning_rate=1e-3, bfloat16_on_cpu=True)
+    OPTIONS = (
+        Option("iterations", "routing iterations", type=positive_int, default=3, metavar="N"),
+        Option("conv_filters", "filters of Conv1", type=positive_int, default=256, metavar="N"),
+        Option(
+            "primary_capsule_types",
+            "primary capsule types",
+            type=positive_int,
+            default=32,
+            metavar="N",
+        ),
+    )
 
     def __init__(
         self,

@@ -1,8 +1,15 @@
+import dataclasses
+
 import keras
 
 from applications._capsule_classifier import CapsuleClassifier
 from applications.matrix_capsnet.matrix_capsnet_backbone import MatrixCapsNetBackbone
 from applications.recipe import Recipe
+from keras_capsules import routing
+from keras_capsules.cli.argument_types import positive_float
+from keras_capsules.cli.argument_types import positive_int
+from keras_capsules.cli.argument_types import tempering
+from keras_capsules.cli.option import Option
 from keras_capsules.layers import ClassMatrixCapsule
 from keras_capsules.utils import check_margin
 from keras_capsules.utils import is_int
@@ -106,6 +113,67 @@ class MatrixCapsNet(CapsuleClassifier):
 
     BACKBONE = MatrixCapsNetBackbone
     RECIPE = Recipe(batch_size=32, learning_rate=3e-3, spread_margin=(0.2, 0.9))
+    OPTIONS = (
+        *(
+            Option(
+                letter, f"{letter} of the paper: {what}", type=positive_int, default=32, metavar="N"
+            )
+            for letter, what in zip(
+                "ABCD",
+                ("ReLU Conv1's filters", "primary capsule types", "ConvCaps1's", "ConvCaps2's"),
+            )
+        ),
+        Option(
+            "normalization",
+            "how a convolutional capsule layer shares a child's R: over types and positions "
+            "(the paper's text) or per type over positions (the authors' code)",
+            choices=("types_and_positions", "positions"),
+            default="types_and_positions",
+        ),
+        Option(
+            "iterations",
+            "EM iterations of every capsule layer",
+            type=positive_int,
+            default=3,
+            metavar="N",
+        ),
+        Option(
+            "inverse_temperature",
+            "final inverse temperature lambda",
+            type=positive_float,
+            default=routing.INVERSE_TEMPERATURE,
+            metavar="X",
+        ),
+        Option(
+            "variance_epsilon",
+            "variance floor",
+            type=positive_float,
+            default=routing.VARIANCE_EPSILON,
+            metavar="X",
+        ),
+        Option(
+            "tempering",
+            "E-step exponent tau, R ~ (a p)^tau, one number or one per E-step separated by "
+            "commas (1 is the paper's E-step)",
+            type=tempering,
+            default=routing.TEMPERING,
+            metavar="TAU",
+        ),
+        Option(
+            "inverse_temperature_schedule",
+            "lambda rescaled to end at --inverse-temperature, or the authors' "
+            "0.01 (1 - 0.95^(t+1))",
+            choices=routing.SCHEDULES,
+            default="rescaled",
+        ),
+    )
+
+    @classmethod
+    def option_arguments(cls, values):
+        """The sizes and `normalization` as they are, EM routing's settings as one `EMSettings`."""
+        arguments = dict(values)
+        settings = {name: arguments.pop(name) for name in _EM_SETTINGS if name in arguments}
+        return {**arguments, "em_settings": routing.EMSettings(**settings)}
 
     def __init__(
         self,
@@ -190,6 +258,9 @@ def _checked_margin(margin):
         )
     return check_margin("spread_margin", margin)
 
+
+_EM_SETTINGS = tuple(field.name for field in dataclasses.fields(routing.EMSettings))
+"""The arguments that are EM routing's settings, which `option_arguments` makes one value."""
 
 _SIZES = ("conv_filters", "primary_capsule_types", "conv_caps1_types", "conv_caps2_types")
 """The backbone's sizes that the paper's letters A, B, C and D name."""

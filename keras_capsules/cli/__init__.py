@@ -67,6 +67,14 @@ def main(argv=None, catalog=None):
     if argv[:1] != ["--verbose"]:
         import_tensorflow_quietly()
     catalog = installed_catalog() if catalog is None else catalog
-    args = build_parser(catalog).parse_args(argv)
+    parser = build_parser(catalog)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # a command may say why, e.g. an option of another architecture
+        explain = getattr(COMMANDS[args.command], "unknown_arguments", None)
+        message = explain(args, unknown, catalog) if explain is not None else None
+        if message is None:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        print(message, file=sys.stderr)
+        raise SystemExit(2)
     args.catalog = catalog
     return COMMANDS[args.command].run(args)

@@ -134,8 +134,8 @@ def folder_images(model, folder, command, limit=2000):
 
 def add_test_image_arguments(parser):
     """`--data`, `--data-dir`, `--seed`, `--overlay` and `--images`: the test images."""
-    from keras_capsules.cli._types import data_dir
-    from keras_capsules.cli._types import image_folder_argument
+    from keras_capsules.cli.argument_types import data_dir
+    from keras_capsules.cli.argument_types import image_folder_argument
 
     parser.add_argument(
         "--data",

@@ -1,17 +1,60 @@
-"""`train`'s options: the run, your own images, the models' sizes, EM routing."""
+"""The options of every `train ARCH`: the run and your own images.
+
+An architecture's own options are its family's (`Catalog.options`); these are
+the ones every architecture takes, and `NEEDS` says which apply to one source
+of data alone.
+"""
 
 from keras_capsules._devices import BFLOAT16_CPU_FLAGS
-from keras_capsules.cli._types import backbone_weights
-from keras_capsules.cli._types import data_dir
-from keras_capsules.cli._types import image_folder_argument
-from keras_capsules.cli._types import non_negative_int
-from keras_capsules.cli._types import positive_float
-from keras_capsules.cli._types import positive_int
-from keras_capsules.cli._types import tempering
-from keras_capsules.cli._types import unit_fraction
+from keras_capsules.cli.argument_types import data_dir
+from keras_capsules.cli.argument_types import image_folder_argument
+from keras_capsules.cli.argument_types import non_negative_int
+from keras_capsules.cli.argument_types import positive_float
+from keras_capsules.cli.argument_types import positive_int
+from keras_capsules.cli.argument_types import unit_fraction
 
 DATA = ("mnist", "fashion-mnist", "smallnorb")
 """The data sets `train` reads, by the name `--data` takes."""
+
+SHIFTED = ("mnist", "fashion-mnist")
+"""The data sets whose training images `--max-shift` shifts."""
+
+VALIDATION_SPLIT = 0.2
+"""The share of `--images` held out without `--validation-split`."""
+
+
+def _own_images(args):
+    return args.images is not None
+
+
+def _a_data_set(args):
+    return args.images is None
+
+
+def _shifted(args):
+    return args.images is None and (args.data or "mnist") in SHIFTED
+
+
+NEEDS = {
+    "image_size": ("--images", _own_images),
+    "color_mode": ("--images", _own_images),
+    "validation_split": ("--images", _own_images),
+    "skip_bad_images": ("--images", _own_images),
+    "train_size": ("--data (with --images, --validation-split holds out)", _a_data_set),
+    "test_size": ("--data (with --images, --validation-split holds out)", _a_data_set),
+    "data_dir": ("--data (not --images)", _a_data_set),
+    "max_shift": (f"--data {' or '.join(SHIFTED)}", _shifted),
+}
+"""`{option: (what it needs, whether args have it)}`: options that apply to one source of data."""
+
+
+def unneeded(args):
+    """The first option of `NEEDS` given where it does not apply, as one line; `None` if none."""
+    for name, (needed, applies) in NEEDS.items():
+        value = getattr(args, name, None)
+        if value not in (None, False) and not applies(args):
+            return f"--{name.replace('_', '-')} needs {needed}"
+    return None
 
 
 def add_image_options(group):
@@ -40,8 +83,8 @@ def add_image_options(group):
     group.add_argument(
         "--validation-split",
         type=unit_fraction,
-        default=0.2,
-        help="fraction of the images held out for the accuracy (0.2)",
+        default=None,
+        help=f"fraction of the images held out for the accuracy ({VALIDATION_SPLIT})",
     )
     group.add_argument(
         "--skip-bad-images",
@@ -131,87 +174,4 @@ def add_run_options(group):
         "--fresh",
         action="store_true",
         help="start a new run in --output, deleting the run there (model, backup, history)",
-    )
-
-
-def add_model_options(group):
-    group.add_argument(
-        "--iterations",
-        type=positive_int,
-        default=None,
-        help="routing iterations (default: the architecture's and routing's, 3 for capsnet "
-        "and matrix-capsnet)",
-    )
-    group.add_argument(
-        "--backbone",
-        default=None,
-        metavar="NAME",
-        help="backbone-capsnet: the keras.applications model the capsule head sits on, "
-        "e.g. MobileNetV3Small, EfficientNetB0 or ResNet50, or with keras-hub installed a "
-        "keras-hub image preset (name, kaggle:// or hf:// handle, or folder)",
-    )
-    group.add_argument(
-        "--backbone-weights",
-        type=backbone_weights,
-        default="imagenet",
-        metavar="WEIGHTS",
-        help="backbone-capsnet: imagenet (downloaded once into Keras's cache; a keras-hub "
-        "preset's own weights), none, or the path of a .weights.h5 file of the backbone "
-        "without its top (imagenet)",
-    )
-    group.add_argument(
-        "--routing",
-        default=None,
-        help="backbone-capsnet: the head's routing, dynamic (default), em, self_attention "
-        "or inverted_dot_product",
-    )
-    group.add_argument("--conv-filters", type=positive_int, default=256, help="capsnet: Conv1")
-    group.add_argument(
-        "--primary-capsule-types",
-        type=positive_int,
-        default=32,
-        help="capsnet",
-    )
-
-
-def add_em_options(group):
-    for letter, default in zip("ABCD", (32, 32, 32, 32)):
-        group.add_argument(
-            f"-{letter}",
-            type=positive_int,
-            default=default,
-            help=f"{letter} of the paper",
-        )
-    group.add_argument(
-        "--inverse-temperature",
-        type=positive_float,
-        default=None,
-        help="final lambda (0.01)",
-    )
-    group.add_argument(
-        "--variance-epsilon",
-        type=positive_float,
-        default=None,
-        help="variance floor (1e-4)",
-    )
-    group.add_argument(
-        "--tempering",
-        type=tempering,
-        default=None,
-        help="E-step exponent tau, R ~ (a p)^tau, one number or one per E-step "
-        "separated by commas (0.1; 1 is the paper's E-step)",
-    )
-    group.add_argument(
-        "--normalization",
-        choices=("types_and_positions", "positions"),
-        default="types_and_positions",
-        help="how a convolutional capsule layer shares a child's R: over types and "
-        "positions (the paper's text) or per type over positions (the authors' code)",
-    )
-    group.add_argument(
-        "--inverse-temperature-schedule",
-        choices=("rescaled", "authors"),
-        default="rescaled",
-        help="lambda rescaled to end at --inverse-temperature, or the authors' "
-        "0.01 (1 - 0.95^(t+1))",
     )

@@ -10,18 +10,19 @@ class Catalog:
     """What the `keras-capsules` commands build, tune and load: an interface.
 
     The commands know no architecture by name: `train` trains whatever the
-    catalog names, with the arguments the catalog reads from the command's
-    options; `tune` searches the catalog's hypermodels; every command loads
-    presets through it. A distribution that ships models declares one
-    instance under the entry point group `keras_capsules.catalogs` (the
+    catalog names, with the options the catalog declares for it (`options`)
+    and the constructor arguments it makes of their values; `tune` searches
+    the catalog's hypermodels; every command loads presets through it. A
+    distribution that ships models declares one instance under the entry
+    point group `keras_capsules.catalogs` (the
     `applications` package declares `applications.applications_catalog:CATALOG`),
     and `keras_capsules.cli.main` finds it there, or takes one as `catalog=`.
     Loading the catalog also imports the models' classes, which registers them
     for `keras.saving.load_model`.
 
     A subclass defines every method below; `ARCHITECTURES` and `HYPERMODELS`
-    are plain tables, so that building the parser (`keras-capsules --help`)
-    builds no model.
+    are plain tables, and `options` declarations, so that building the parser
+    (`keras-capsules --help`) builds no model.
 
     Example:
 
@@ -50,8 +51,21 @@ class Catalog:
         """The classifier class of the architecture `name` (its `RECIPE`, `from_preset`, ...)."""
         raise NotImplementedError
 
-    def model_arguments(self, name, args):
-        """The constructor arguments of `name` that the command's options `args` set.
+    def options(self, name):
+        """The options of `train name`: a tuple of `keras_capsules.cli.option.Option`.
+
+        The architecture's own, declared by its family; `train name --help`
+        lists them beside the options of every run, and `train` refuses
+        another architecture's.
+        """
+        return ()
+
+    def model_arguments(self, name, values):
+        """The constructor arguments of `name` that its options' `values` give.
+
+        Args:
+            values: `{option.argument: value}` for every option of
+                `options(name)`, its `default` where it was not given.
 
         Raises:
             ValueError: an option's value the architecture cannot take.

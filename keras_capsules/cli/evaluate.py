@@ -18,9 +18,9 @@ import json
 
 from keras_capsules.cli._model import add_model_arguments
 from keras_capsules.cli._model import load_model_or_preset
-from keras_capsules.cli._types import data_dir
-from keras_capsules.cli._types import image_folder_argument
-from keras_capsules.cli._types import positive_int
+from keras_capsules.cli.argument_types import data_dir
+from keras_capsules.cli.argument_types import image_folder_argument
+from keras_capsules.cli.argument_types import positive_int
 
 
 def add_parser(commands, catalog):

@@ -16,7 +16,7 @@ import threading
 
 from keras_capsules._atomic import reason
 from keras_capsules.cli._model import load_model
-from keras_capsules.cli._types import positive_int
+from keras_capsules.cli.argument_types import positive_int
 
 FORMATS = ("saved_model", "onnx", "litert")
 SUFFIXES = {"onnx": ".onnx", "litert": ".tflite"}

@@ -14,7 +14,7 @@ from keras_capsules.cli._images import fail
 from keras_capsules.cli._images import test_images
 from keras_capsules.cli._model import add_model_arguments
 from keras_capsules.cli._model import load_model_or_preset
-from keras_capsules.cli._types import positive_int
+from keras_capsules.cli.argument_types import positive_int
 
 KINDS = ("reconstructions", "dimensions", "multimnist", "routing", "routing_statistics")
 FILES = {kind: f"{kind}.png" for kind in KINDS}

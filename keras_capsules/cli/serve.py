@@ -6,7 +6,7 @@ Serves the highest version under the folder `export` wrote
 (`keras_capsules.serving.serve`).
 """
 
-from keras_capsules.cli._types import positive_int
+from keras_capsules.cli.argument_types import positive_int
 
 
 def add_parser(commands, catalog):

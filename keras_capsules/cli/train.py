@@ -37,9 +37,11 @@ MNIST-like data shifted by up to `--max-shift` pixels; `efficient-capsnet`
 in batches of 16 with Adam from 5e-4 decayed by 0.97 every epoch;
 `matrix-capsnet` in batches of 32 with Adam from 3e-3 and the spread loss,
 whose margin `SpreadMarginSchedule` raises from 0.2 to 0.9 over the run.
-`--iterations`, `--conv-filters` and `--primary-capsule-types` size
-`capsnet`, the EM options `matrix-capsnet`; `backbone-capsnet` puts a capsule
-head on the `keras.applications` model `--backbone` names.
+The architecture's own options (its sizes, its routing's settings) are
+declared by its family, as its class's `OPTIONS`: `keras-capsules train ARCH
+--help` lists them beside the options of every run, and another
+architecture's option, or an option that needs another (`--image-size`
+without `--images`), ends the command in one line.
 """
 
 import os
@@ -60,10 +62,11 @@ from keras_capsules.cli._distribution import worker_folder
 from keras_capsules.cli._model import load_model
 from keras_capsules.cli._train_data import check_image_folder
 from keras_capsules.cli._train_data import datasets
-from keras_capsules.cli._train_options import add_em_options
+from keras_capsules.cli._train_options import SHIFTED
+from keras_capsules.cli._train_options import VALIDATION_SPLIT
 from keras_capsules.cli._train_options import add_image_options
-from keras_capsules.cli._train_options import add_model_options
 from keras_capsules.cli._train_options import add_run_options
+from keras_capsules.cli._train_options import unneeded
 
 
 def recipe(args):
@@ -77,21 +80,26 @@ def recipe(args):
 
 
 def resolve_defaults(args):
-    """Fill the options whose default depends on the model, so `run.json` records values.
+    """Check which options were given, then fill the defaults, so `run.json` records values.
 
-    A rerun that passes such a default explicitly (`--batch-size 100`) then
-    matches the run that left it out.
+    An option that does not apply to the run (`--image-size` without
+    `--images`) ends the command in one line. The options whose default
+    depends on the architecture are then filled from its recipe and its
+    declared options, so a rerun that passes such a default explicitly
+    (`--batch-size 100`) matches the run that left it out.
     """
-    from keras_capsules import routing
-
+    prefix = "keras-capsules train"
+    if getattr(args, "images", None) is not None and args.data is not None:
+        raise SystemExit(f"{prefix}: give --images or --data, not both (got --data {args.data})")
+    problem = unneeded(args)
+    if problem is not None:
+        raise SystemExit(f"{prefix}: {problem}")
     own = recipe(args)
     resolved = {
         "batch_size": own.batch_size,
         "learning_rate": own.learning_rate,
         "max_shift": own.max_shift,
-        "inverse_temperature": routing.INVERSE_TEMPERATURE,
-        "variance_epsilon": routing.VARIANCE_EPSILON,
-        "tempering": routing.TEMPERING,
+        "validation_split": VALIDATION_SPLIT,
     }
     for name, default in resolved.items():
         if getattr(args, name) is None:
@@ -99,13 +107,36 @@ def resolve_defaults(args):
     if args.precision == "auto":
         args.precision = own.auto_precision()
         print(f"--precision auto: {args.precision} ({_why(args)})", flush=True)
-    if getattr(args, "images", None) is not None and args.data is not None:
-        raise SystemExit(
-            f"keras-capsules train: give --images or --data, not both (got --data {args.data})"
-        )
     if getattr(args, "images", None) is None and args.data is None:
         args.data = "mnist"
     return args
+
+
+def _option_values(args):
+    """The values of the architecture's own options, each given or its declared default.
+
+    Refuses, in one line, an option given beside `--from-preset` (the preset
+    brings the architecture) and a required one left out without it.
+    """
+    prefix = "keras-capsules train"
+    options = args.catalog.options(args.model)
+    given = [option for option in options if hasattr(args, option.argument)]
+    if args.from_preset is not None and given:
+        flags = ", ".join(option.flag for option in given)
+        raise SystemExit(
+            f"{prefix}: {flags}: --from-preset {args.from_preset} brings the preset's "
+            "architecture; give one or the other, not both"
+        )
+    for option in options:
+        if option.required and args.from_preset is None and option not in given:
+            metavar = f" {option.metavar}" if option.metavar else ""
+            raise SystemExit(
+                f"{prefix}: {args.model} needs {option.flag}{metavar}, {option.help}; or "
+                "--from-preset, which brings its own"
+            )
+        if option not in given:
+            setattr(args, option.argument, option.default)
+    return {option.argument: getattr(args, option.argument) for option in options}
 
 
 def _why(args):
@@ -124,21 +155,63 @@ def _why(args):
 
 
 def add_parser(commands, catalog):
-    """Add the `train` subcommand and its arguments to `commands` (argparse subparsers)."""
+    """Add the `train` subcommand, one subcommand per architecture with its options.
+
+    Each `train ARCH` takes the options of every run and the architecture's
+    own, `catalog.options(ARCH)`: `train ARCH --help` lists those and no
+    other architecture's.
+    """
     train = commands.add_parser(
-        "train", help="train a capsule network on a data set or on a folder of your images"
+        "train",
+        help="train a capsule network on a data set or on a folder of your images",
+        description="Train a capsule network: keras-capsules train ARCH --help lists the "
+        "options of the architecture ARCH.",
     )
-    architectures = catalog.architectures()
-    train.add_argument(
-        "model",
-        choices=tuple(architectures),
-        help="; ".join(f"{name}: {text}" for name, text in architectures.items()),
+    architectures = train.add_subparsers(
+        dest="model", required=True, metavar="ARCH", title="architectures"
     )
-    add_run_options(train.add_argument_group("training run"))
-    add_image_options(train.add_argument_group("your own images (--images)"))
-    add_model_options(train.add_argument_group("model sizes"))
-    add_em_options(train.add_argument_group("EM routing (matrix-capsnet)"))
+    for name, text in catalog.architectures().items():
+        parser = architectures.add_parser(name, help=text, description=f"Train {text}.")
+        add_run_options(parser.add_argument_group("training run"))
+        add_image_options(parser.add_argument_group("your own images (--images)"))
+        own = parser.add_argument_group(f"{name}'s options")
+        for option in catalog.options(name):
+            option.add_to(own)
     return train
+
+
+def unknown_arguments(args, unknown, catalog):
+    """Why `train` refuses the arguments `unknown`, in one line; `None` where argparse says it.
+
+    An option of another architecture is named with the architectures that
+    take it: `-A is an option of matrix-capsnet, not of capsnet`.
+    """
+    flags = [_flag(text) for text in unknown if text.startswith("-") and len(text) > 1]
+    for flag in flags:
+        owners = [
+            name
+            for name in catalog.architectures()
+            if name != args.model and any(_same(flag, o.flag) for o in catalog.options(name))
+        ]
+        if owners:
+            return (
+                f"keras-capsules train {args.model}: error: {flag} is an option of "
+                f"{' and '.join(owners)}, not of {args.model} (keras-capsules train "
+                f"{args.model} --help lists its options)"
+            )
+    return None
+
+
+def _flag(text):
+    """The option that the argument `text` names: `--a-b=1` is `--a-b`, `-A8` is `-A`."""
+    if text.startswith("--"):
+        return text.split("=", 1)[0]
+    return text[:2]
+
+
+def _same(typed, flag):
+    """Whether `typed` names `flag`: the same, or a long option's prefix (argparse's rule)."""
+    return typed == flag or (typed.startswith("--") and len(typed) > 2 and flag.startswith(typed))
 
 
 def _build_model(args, steps_per_epoch, spec, sizes):
@@ -185,11 +258,14 @@ def _build_model(args, steps_per_epoch, spec, sizes):
 
 
 def _model_arguments(args):
-    """The architecture's arguments the options set, checked once: a bad one stops the run."""
+    """The architecture's arguments its options set, checked once: a bad one stops the run."""
+    values = _option_values(args)
+    if args.from_preset is not None:
+        return {}
     try:
-        return args.catalog.model_arguments(args.model, args)
+        return args.catalog.model_arguments(args.model, values)
     except ValueError as error:
-        raise SystemExit(f"keras-capsules {args.command}: {error}") from None
+        raise SystemExit(f"keras-capsules train: {error}") from None
 
 
 def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initial_epoch=0):
@@ -243,7 +319,7 @@ def run(args):
             summary = check_image_folder(args)
         except ValueError as error:
             raise SystemExit(f"keras-capsules train: {error}") from None
-    if args.images is None and args.data != "smallnorb":
+    if args.images is None and args.data in SHIFTED:
         from keras_capsules.datasets import mnist
 
         if args.max_shift > mnist.largest_shift():

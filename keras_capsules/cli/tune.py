@@ -15,11 +15,11 @@ import time
 from keras_capsules._atomic import replacing
 from keras_capsules._atomic import write_json
 from keras_capsules.cli._training import option_changes
-from keras_capsules.cli._types import data_dir
-from keras_capsules.cli._types import held_out_fraction
-from keras_capsules.cli._types import non_negative_int
-from keras_capsules.cli._types import positive_float
-from keras_capsules.cli._types import positive_int
+from keras_capsules.cli.argument_types import data_dir
+from keras_capsules.cli.argument_types import held_out_fraction
+from keras_capsules.cli.argument_types import non_negative_int
+from keras_capsules.cli.argument_types import positive_float
+from keras_capsules.cli.argument_types import positive_int
 from keras_capsules.cli.train import recipe
 
 DEFAULT_ORACLE = "127.0.0.1:8000"

@@ -26,6 +26,7 @@ base of such layers.
 from keras_capsules.routing._dynamic import dynamic_routing
 from keras_capsules.routing._em import em_routing
 from keras_capsules.routing._em_settings import INVERSE_TEMPERATURE
+from keras_capsules.routing._em_settings import SCHEDULES
 from keras_capsules.routing._em_settings import TEMPERING
 from keras_capsules.routing._em_settings import VARIANCE_EPSILON
 from keras_capsules.routing._em_settings import EMSettings
@@ -43,6 +44,7 @@ __all__ = [
     "self_attention_routing",
     "INVERSE_TEMPERATURE",
     "LAYER_NORM_EPSILON",
+    "SCHEDULES",
     "TEMPERING",
     "VARIANCE_EPSILON",
 ]

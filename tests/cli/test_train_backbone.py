@@ -52,7 +52,6 @@ def test_a_frozen_backbone_from_a_weights_file_trains_its_head(tmp_path):
         ([], "backbone-capsnet needs --backbone NAME"),
         (["--backbone", "ResNet50", "--from-preset", "x"], "not both"),
         (["--backbone", "ResNet51"], "`backbone` names a keras.applications model"),
-        (["--backbone", "ResNet50", "--routing", "magic"], "routing"),
         (["--backbone", "ResNet50", "--routing", "self_attention", "--iterations", "2"], "pass"),
     ],
 )
@@ -64,16 +63,26 @@ def test_backbone_capsnet_options_in_one_line(tmp_path, options, message):
     assert message in str(stopped.value) and "\n" not in str(stopped.value)
 
 
+def test_an_unknown_routing_is_a_usage_error_naming_the_choices(tmp_path, capsys):
+    argv = ["train", "backbone-capsnet", "--backbone", "ResNet50", "--routing", "magic"]
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(argv + ["--output", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "--routing: invalid choice: 'magic'" in err
+    assert "self_attention" in err and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["--backbone", "ResNet50"], "--backbone: for backbone-capsnet, not capsnet"),
-        (["--backbone-weights", "none"], "--backbone-weights is for backbone-capsnet"),
+        (["--backbone", "ResNet50"], "--backbone is an option of backbone-capsnet, not of capsnet"),
+        (["--backbone-weights", "none"], "--backbone-weights is an option of backbone-capsnet"),
     ],
 )
-def test_backbone_options_belong_to_backbone_capsnet(tmp_path, options, message):
-    with pytest.raises(SystemExit, match=message):
+def test_backbone_options_belong_to_backbone_capsnet(tmp_path, capsys, options, message):
+    with pytest.raises(SystemExit) as stopped:
         cli.main(["train", "capsnet", *options, "--output", str(tmp_path / "run")])
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_a_keras_hub_preset_folder_as_the_backbone(tmp_path):
