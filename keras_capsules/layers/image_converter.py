@@ -7,6 +7,37 @@ from keras_capsules._validation import is_number
 LUMA = (0.299, 0.587, 0.114)
 """ITU-R BT.601's weights of red, green and blue in grey, as Pillow's and TensorFlow's."""
 INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "lanczos3", "lanczos5", "area")
+COLOUR_CHANNELS = (1, 3, 4)
+"""The channels a converter to grey or colour takes: grey, RGB and RGBA (alpha dropped)."""
+
+
+def check_image_shape(shape, channels=COLOUR_CHANNELS):
+    """Raise a `ValueError` naming `shape` unless it is a batch of images with `channels`.
+
+    `shape` is `(batch, height, width, channels)`, or `(batch, height,
+    width)` for grey images; an unknown (`None`) channel count passes. The
+    message is the one `model.predict`, the layer and the applications'
+    models give.
+
+    >>> check_image_shape((2, 28, 28, 4))  # RGBA: taken
+    >>> try:
+    ...     check_image_shape((2, 28, 28, 5))
+    ... except ValueError as error:
+    ...     print(str(error).split(". ")[-1])
+    Received: shape=(2, 28, 28, 5)
+    """
+    shape = tuple(None if d is None else int(d) for d in shape)
+    rank_ok = len(shape) == 4 or (len(shape) == 3 and 1 in channels)
+    if not rank_ok or (len(shape) == 4 and shape[-1] is not None and shape[-1] not in channels):
+        if tuple(channels) == COLOUR_CHANNELS:
+            takes = "1, 3 or 4 channels (grey, RGB or RGBA, whose alpha is dropped)"
+        else:
+            takes = " or ".join(map(str, channels)) + " channels"
+        grey = ", or grey (batch, height, width)" if 1 in channels else ""
+        raise ValueError(
+            f"Images must be (batch, height, width, channels) with {takes}{grey}. "
+            f"Received: shape={shape}"
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -21,11 +52,20 @@ class ImageConverter(keras.layers.Layer):
     `scale` and shifted by `offset`. Inside a model it lets the model, its
     `.keras` file and its exports take an image as it comes.
 
+    A converter to grey or colour takes images of 1, 3 or 4 channels (grey,
+    RGB, RGBA) and refuses any other count (2, 5, ...) rather than guess
+    what its channels are: with a `ValueError` naming the shape wherever the
+    shape is known (eagerly, in `model.predict`, on every backend), and in a
+    graph that takes any image (the SavedModel, ONNX and LiteRT exports) by
+    failing when it runs. An alpha channel is dropped, never composited:
+    the colour of a transparent pixel is kept as it is.
+
     Args:
         image_size: `(height, width)` of the output, or `None` to keep each
             image's size.
         channels: channels of the output, 1 (grey) or 3 (RGB), or `None` to
-            keep the input's (an alpha channel is dropped all the same).
+            keep the input's, any number (a fourth channel is dropped as alpha
+            all the same).
         scale: factor of the pixel values, e.g. `1 / 255` for pixels in
             [0, 255]; `None` for none.
         offset: added after `scale`, e.g. `-1` with `scale=2 / 255` for
@@ -41,8 +81,9 @@ class ImageConverter(keras.layers.Layer):
         **kwargs: base layer arguments such as `name` and `dtype`.
 
     Call arguments:
-        images: `(batch, height, width, channels)` with 1, 3 or 4 channels,
-            or `(batch, height, width)` grey images; any real dtype.
+        images: `(batch, height, width, channels)` with 1, 3 or 4 channels
+            (any number without `channels`), or `(batch, height, width)` grey
+            images; any real dtype.
 
     Returns:
         Images of the layer's compute dtype, `(batch, *image_size, channels)`.
@@ -105,19 +146,29 @@ class ImageConverter(keras.layers.Layer):
         self.crop_to_aspect_ratio = bool(crop_to_aspect_ratio)
 
     def build(self, input_shape):
-        have = input_shape[-1] if len(input_shape) == 4 else 1
-        allowed = (None, 1, 3, 4) if self.channels is not None else (None, 1, 2, 3, 4)
-        if len(input_shape) not in (3, 4) or have not in allowed:
+        self._check(input_shape)
+
+    def _check(self, shape):
+        """Refuse a batch of `shape` this converter cannot take, naming the shape.
+
+        A converter to grey or colour takes grey, RGB and RGBA images only
+        (`check_image_shape`); one without `channels` takes any channels.
+        """
+        if self.channels is not None:
+            check_image_shape(shape)
+        elif len(shape) not in (3, 4):
             raise ValueError(
-                "ImageConverter takes images (batch, height, width, channels) with 1, 3 or 4 "
-                "channels (any number without `channels`), or grey (batch, height, width). "
-                f"Received: input_shape={tuple(input_shape)}"
+                "Images must be (batch, height, width, channels), or grey (batch, height, "
+                f"width). Received: shape={tuple(shape)}"
             )
 
     def call(self, images):
+        self._check(images.shape)
         x = ops.cast(images, self.compute_dtype)
         if len(x.shape) == 3:
             x = ops.expand_dims(x, -1)
+        if self.channels is not None and x.shape[-1] is None:
+            x = _refuse_other_channels(x)
         x = self._colour(x)
         if self.image_size is not None and tuple(x.shape[1:3]) != self.image_size:
             x = ops.image.resize(
@@ -177,3 +228,22 @@ class ImageConverter(keras.layers.Layer):
             }
         )
         return config
+
+
+def _refuse_other_channels(x):
+    """`x`, through a reshape that fails unless it has 1, 3 or 4 channels.
+
+    For a graph whose channel count is only known when it runs (an export
+    taking any image): the reshape asks for one more channel than an image
+    with other channels has, which TensorFlow, ONNX Runtime and LiteRT all
+    refuse (ONNX and LiteRT have no operation that fails with a message of
+    its own); grey, RGB and RGBA images pass unchanged.
+    """
+    batch, height, width, channels = ops.shape(x)
+    ok = ops.logical_or(
+        ops.logical_or(ops.equal(channels, 1), ops.equal(channels, 3)), ops.equal(channels, 4)
+    )
+    shape = ops.stack(
+        [ops.where(ok, batch, 1), height, width, ops.where(ok, channels, channels + 1)]
+    )
+    return ops.reshape(x, shape)

@@ -41,7 +41,9 @@ def export_onnx(model, path, spec=None, output_kind="probabilities", opset=None,
     `probabilities`, `classes` (int64) and `poses` (when the model has class
     capsules). Unlike the SavedModel, the graph holds no checks of its own:
     ONNX Runtime refuses a batch of the wrong rank (or, for a model that
-    takes one size only, size) itself, and NaN pixels give NaN outputs.
+    takes one size only, size) itself, and NaN pixels give NaN outputs. The
+    model's image converter refuses an image of other than 1, 3 or 4
+    channels, as it does in Keras, here with a failing `Reshape`.
 
     Needs the TensorFlow backend and the `onnx` extra (`pip install
     "keras-capsules[onnx]"`: tf2onnx converts the TensorFlow graph).

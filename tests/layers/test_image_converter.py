@@ -6,6 +6,7 @@ from keras import ops
 from keras_capsules.layers import ImageConverter
 from keras_capsules.layers.image_converter import LUMA
 from tests._layer_testing import run_layer_test
+from tests.conftest import BACKEND
 
 
 def _photos(shape, seed=0):
@@ -97,7 +98,38 @@ def test_bad_arguments(kwargs, match):
 
 
 def test_bad_inputs_name_the_shape():
-    with pytest.raises(ValueError, match=r"input_shape=\(2, 4\)"):
+    with pytest.raises(ValueError, match=r"shape=\(2, 4\)"):
         ImageConverter()(np.zeros((2, 4)))
     with pytest.raises(ValueError, match="1, 3 or 4 channels"):
         ImageConverter(channels=1)(np.zeros((1, 4, 4, 2)))
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("other", [2, 5, 6])
+def test_a_grey_or_colour_converter_refuses_other_channel_counts(channels, other):
+    """Built on grey images, a later call of another channel count is refused too."""
+    converter = ImageConverter(image_size=(4, 4), channels=channels)
+    converter(_photos((1, 6, 6, 1)))
+    with pytest.raises(ValueError, match=rf"1, 3 or 4 channels.*shape=\(2, 6, 6, {other}\)"):
+        converter(_photos((2, 6, 6, other)))
+    kept = _numpy(ImageConverter()(_photos((2, 6, 6, other))))  # no `channels`: any count
+    assert kept.shape == (2, 6, 6, other)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="graphs of unknown shapes are TensorFlow's")
+def test_a_graph_of_any_channels_refuses_the_others_when_it_runs():
+    """As in the exports: the channel count is only known when the graph runs."""
+    import tensorflow as tf
+
+    converter = ImageConverter(image_size=(4, 4), channels=1, scale=1 / 255)
+    graph = tf.function(
+        converter, input_signature=[tf.TensorSpec((None, None, None, None), tf.float32)]
+    )
+    for channels in (1, 3, 4):
+        photos = _photos((2, 6, 5, channels)).astype("float32")
+        np.testing.assert_allclose(graph(photos), converter(photos), atol=1e-6)
+        assert graph(photos[:0]).shape == (0, 4, 4, 1)
+    for channels in (2, 5):
+        for n in (2, 0):  # an empty batch too
+            with pytest.raises(tf.errors.InvalidArgumentError, match="reshape"):
+                graph(np.zeros((n, 6, 5, channels), "float32"))
