@@ -1,8 +1,10 @@
 """The applications' images: an image converter inside the model, any size and colour."""
 
 import keras
+import numpy as np
 
 from keras_capsules.layers import ImageConverter
+from keras_capsules.layers.image_converter import COLOUR_CHANNELS
 
 PIXELS = 1.0 / 255.0
 """The default converter's `scale`: images arrive as 8-bit pixel values in [0, 255]."""
@@ -47,6 +49,39 @@ def accept_any_image(model):
 
     The converter inside brings them to the network's; the input's own shape
     keeps the network's channels, so that grey `(n, h, w)` arrays are taken
-    as `(n, h, w, 1)`, as Keras takes them.
+    as `(n, h, w, 1)`, as Keras takes them. A network of other channels than
+    grey or colour (smallNORB's stereo pairs) takes its own channels only.
     """
-    model.input_spec = keras.InputSpec(min_ndim=3, max_ndim=4, name="images")
+    channels = model.inputs[0].shape[-1]
+    if channels in (1, 3):
+        model.input_spec = keras.InputSpec(min_ndim=3, max_ndim=4, name="images")
+    else:
+        model.input_spec = keras.InputSpec(ndim=4, axes={-1: channels}, name="images")
+
+
+def input_channels(image_shape):
+    """The channels an image may have for a network of `image_shape`, as its converter takes."""
+    channels = image_shape[-1]
+    return COLOUR_CHANNELS if channels in (1, 3) else (channels,)
+
+
+def batch_shape(x):
+    """The shape of `x` when it is an array or a number, else `None` (a dataset, a generator)."""
+    if isinstance(x, (bool, int, float, np.generic)):
+        return ()
+    shape = getattr(x, "shape", None)
+    if shape is None or isinstance(x, dict):
+        return None
+    try:
+        return tuple(None if d is None else int(d) for d in shape)
+    except TypeError:
+        return None
+
+
+def empty_answer(model, shape):
+    """What `model.predict` answers for an empty batch of `shape`: every output with 0 rows."""
+    spec = model.compute_output_spec(keras.KerasTensor(shape, dtype="float32"))
+    return keras.tree.map_structure(
+        lambda output: keras.ops.convert_to_numpy(keras.ops.zeros(output.shape, output.dtype)),
+        spec,
+    )

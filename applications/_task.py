@@ -10,6 +10,10 @@ import warnings
 
 import keras
 
+from applications._inputs import batch_shape
+from applications._inputs import empty_answer
+from applications._inputs import input_channels
+from keras_capsules.layers.image_converter import check_image_shape
 from keras_capsules.serving import ServingSpec
 from keras_capsules.utils import check_model_arguments
 
@@ -96,6 +100,26 @@ class Task:
         self.compile(**keras.saving.deserialize_keras_object(config))
         if self.built:
             self.optimizer.build(self.trainable_variables)
+
+    # Inference -----------------------------------------------------------------
+
+    def predict(self, x, *args, **kwargs):
+        """Keras's `predict`, which also answers an empty batch and names a bad shape.
+
+        An array (or tensor) of images is checked first: one that is not a
+        batch of images the model takes (a scalar, a rank other than 3 or
+        4, channels other than 1, 3 or 4 for a grey or colour network) is a
+        `ValueError` naming its shape, and an empty batch gets every output
+        with 0 rows, `(0, num_classes)` probabilities, where Keras's predict
+        loop runs no step and has nothing to answer with. Datasets and
+        generators go to Keras as they are.
+        """
+        shape = batch_shape(x)
+        if shape is not None:
+            check_image_shape(shape, input_channels(self.image_shape))
+            if shape[0] == 0:
+                return empty_answer(self, shape)
+        return super().predict(x, *args, **kwargs)
 
     # Serving -------------------------------------------------------------------
 
