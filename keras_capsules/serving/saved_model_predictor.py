@@ -182,11 +182,12 @@ class SavedModelPredictor(kserve.Model):
 
         The size is read from the PNG's header and checked before anything is
         decoded, so a small file that claims a huge image costs nothing.
-        Transparent pixels are composited on black (MNIST's background), for
-        grey + alpha and RGBA alike. For a model that converts images itself
-        the image goes on at its own size and colour; for another, grey images
-        are repeated over RGB channels and colour images converted to grey as
-        it needs.
+        An alpha channel is dropped, as the model's image converter drops it
+        from an image sent as a list: an RGBA PNG is answered as its RGB
+        image, a grey + alpha PNG as its grey one. For a model that converts
+        images itself the image goes on at its own size and colour; for
+        another, grey images are repeated over RGB channels and colour images
+        converted to grey as it needs.
         """
         height, width, channels = self.image_shape
         not_png = f"{where}: b64 does not hold a base64-encoded PNG image"
@@ -210,8 +211,8 @@ class SavedModelPredictor(kserve.Model):
             image = tf.io.decode_png(raw, dtype=tf.uint8).numpy().astype(np.float32)
         except tf.errors.InvalidArgumentError:
             raise InvalidInput(not_png) from None
-        if image.shape[2] in (2, 4):  # composite on black: colour * alpha
-            image = image[..., :-1] * (image[..., -1:] / 255.0)
+        if image.shape[2] in (2, 4):  # grey + alpha or RGBA: the alpha is dropped
+            image = image[..., :-1]
         if self.any_image and image.shape[2] in self.input_channels:
             pass  # the model converts the colour itself
         elif image.shape[2] != channels:
