@@ -86,6 +86,8 @@ class _CleanServerErrors:
     uvicorn drops the keep-alive connection without `Connection: close`, so a
     client's next request on it fails. Here the error is logged once and
     answered with a 500 that says `Connection: close`, and nothing is raised.
+    A client that disconnects before its request is in is no error of the
+    server's: it is logged in one line, and there is no one to answer.
     """
 
     def __init__(self, app):
@@ -104,11 +106,26 @@ class _CleanServerErrors:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception as error:
+            if _client_disconnected(error):
+                _logger().warning(
+                    "%s %s: the client disconnected before its request was in; nothing was "
+                    "answered",
+                    scope["method"],
+                    scope["path"],
+                )
+                return
             _logger().exception("Unexpected error answering %s %s", scope["method"], scope["path"])
             if started:
                 raise  # too late for an answer: the server closes the connection
             message = f"Internal server error: {type(error).__name__}"
             await _send_error(send, 500, message, [(b"connection", b"close")])
+
+
+def _client_disconnected(error):
+    """Whether `error` is Starlette's word that the client went while its request was read."""
+    from starlette.requests import ClientDisconnect
+
+    return isinstance(error, ClientDisconnect)
 
 
 async def _send_error(send, status, message, headers=()):

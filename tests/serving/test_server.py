@@ -348,6 +348,61 @@ def test_unexpected_errors_are_a_500_that_closes_the_connection_cleanly():
     assert json.loads(body["body"]) == {"error": "Internal server error: TypeError"}
 
 
+def test_a_client_that_disconnects_is_logged_in_one_line(caplog):
+    import asyncio
+
+    from starlette.requests import ClientDisconnect
+
+    from keras_capsules.serving.server import _CleanServerErrors
+
+    async def reading(scope, receive, send):
+        raise ClientDisconnect()  # what Starlette raises reading a body whose client went
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/models/m:predict"}
+    with caplog.at_level("WARNING", logger="keras_capsules.serving"):
+        asyncio.run(_CleanServerErrors(reading)(scope, None, send))
+    assert not sent  # no one to answer
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "POST /v1/models/m:predict: the client disconnected before its request was in; "
+        "nothing was answered"
+    )
+    assert record.exc_info is None
+
+
+def test_clients_that_disconnect_mid_request_are_logged_in_one_line_each(served):
+    client, _, x, _ = served
+    body = json.dumps({"instances": x[:1].tolist()}).encode()
+    head = (
+        "POST /v1/models/capsnet:predict HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    message = (
+        "POST /v1/models/capsnet:predict: the client disconnected before its request was in; "
+        "nothing was answered"
+    )
+    before = client.log_path.read_text()
+    for _ in range(3):  # half the body, then gone
+        connection = socket.create_connection(("127.0.0.1", client.port), timeout=10)
+        connection.sendall(head + body[: len(body) // 2])
+        time.sleep(0.2)
+        connection.close()
+    deadline = time.time() + 10
+    while client.log_path.read_text()[len(before) :].count(message) < 3:
+        assert time.time() < deadline, client.log_path.read_text()[len(before) :]
+        time.sleep(0.05)
+    time.sleep(0.2)  # anything else the server would log about them
+    added = client.log_path.read_text()[len(before) :]
+    assert added.count(message) == 3 and len(added) < 3 * 300, added
+    assert "Traceback" not in added and "Unexpected error" not in added, added
+    assert client.predict({"instances": x[:1].tolist()})[0] == 200
+
+
 def test_oversized_bodies_get_a_413(served):
     client, _, x, _ = served
     status, answer = client.predict(b" " * (MAX_BYTES + 1))
