@@ -203,6 +203,10 @@ BAD_REQUESTS = {
     "both formats": ({"instances": [1], "inputs": [1]}, r"exactly one of"),
     "empty batch": ({"instances": []}, r"non-empty"),
     "two channels": ({"instances": np.zeros((2, 32, 32, 2)).tolist()}, r"1 or 3 or 4 channels"),
+    "five channels": (
+        {"instances": np.zeros((1, 28, 28, 5)).tolist()},
+        r"1 or 3 or 4 channels .*received shape \(28, 28, 5\)",
+    ),
     "wrong rank": ({"instances": np.zeros((2, 28)).tolist()}, r"\(height, width, channels\)"),
     "an empty image": ({"instances": np.zeros((1, 0, 28, 1)).tolist()}, r"shape \(0,\)"),
     "a ragged image": ({"instances": [[[0] * 28] * 27 + [[0] * 27]]}, r"received shape \(28,\)"),
