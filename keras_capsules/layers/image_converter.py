@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_capsules._validation import is_int
 from keras_capsules._validation import is_number
+from keras_capsules.layers._shapes import output_spec
 
 LUMA = (0.299, 0.587, 0.114)
 """ITU-R BT.601's weights of red, green and blue in grey, as Pillow's and TensorFlow's."""
@@ -213,6 +214,9 @@ class ImageConverter(keras.layers.Layer):
             channels = self.channels
         size = self.image_size if self.image_size is not None else input_shape[1:3]
         return (input_shape[0], *size, channels)
+
+    def compute_output_spec(self, images):
+        return output_spec(self, images)
 
     def get_config(self):
         config = super().get_config()

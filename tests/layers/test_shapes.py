@@ -13,6 +13,7 @@ CASES = [
     (layers.PrimaryCapsule, {"capsule_types": 2, "capsule_dim": 4, "kernel_size": 3}, None),
     (layers.DepthwisePrimaryCapsule, {"capsule_types": 2, "capsule_dim": 4}, None),
     (layers.PrimaryMatrixCapsule, {"capsule_types": 2}, None),
+    (layers.ImageConverter, {"image_size": (6, 6), "scale": 1 / 255}, RNG.random((2, 9, 9, 3))),
     (layers.CapsuleLayer, {"capsule_types": 3, "capsule_dim": 4}, RNG.random((2, 6, 8))),
 ]
 
