@@ -5,6 +5,7 @@ import numpy as np
 
 from keras_capsules.layers import ImageConverter
 from keras_capsules.layers.image_converter import COLOUR_CHANNELS
+from keras_capsules.layers.image_converter import accepted_channels
 
 PIXELS = 1.0 / 255.0
 """The default converter's `scale`: images arrive as 8-bit pixel values in [0, 255]."""
@@ -53,16 +54,10 @@ def accept_any_image(model):
     grey or colour (smallNORB's stereo pairs) takes its own channels only.
     """
     channels = model.inputs[0].shape[-1]
-    if channels in (1, 3):
+    if accepted_channels(channels) == COLOUR_CHANNELS:
         model.input_spec = keras.InputSpec(min_ndim=3, max_ndim=4, name="images")
     else:
         model.input_spec = keras.InputSpec(ndim=4, axes={-1: channels}, name="images")
-
-
-def input_channels(image_shape):
-    """The channels an image may have for a network of `image_shape`, as its converter takes."""
-    channels = image_shape[-1]
-    return COLOUR_CHANNELS if channels in (1, 3) else (channels,)
 
 
 def batch_shape(x):

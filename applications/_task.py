@@ -12,7 +12,7 @@ import keras
 
 from applications._inputs import batch_shape
 from applications._inputs import empty_answer
-from applications._inputs import input_channels
+from keras_capsules.layers.image_converter import accepted_channels
 from keras_capsules.layers.image_converter import check_image_shape
 from keras_capsules.serving import ServingSpec
 from keras_capsules.utils import check_model_arguments
@@ -116,7 +116,7 @@ class Task:
         """
         shape = batch_shape(x)
         if shape is not None:
-            check_image_shape(shape, input_channels(self.image_shape))
+            check_image_shape(shape, accepted_channels(self.image_shape[-1]))
             if shape[0] == 0:
                 return empty_answer(self, shape)
         return super().predict(x, *args, **kwargs)

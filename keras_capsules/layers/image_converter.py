@@ -12,6 +12,18 @@ COLOUR_CHANNELS = (1, 3, 4)
 """The channels a converter to grey or colour takes: grey, RGB and RGBA (alpha dropped)."""
 
 
+def accepted_channels(channels):
+    """The channels an image may have for a network of `channels` behind its converter.
+
+    Grey, RGB or RGBA (`COLOUR_CHANNELS`) for a grey or colour network; a
+    network of other channels (smallNORB's stereo pairs) takes its own only.
+
+    >>> accepted_channels(1), accepted_channels(2)
+    ((1, 3, 4), (2,))
+    """
+    return COLOUR_CHANNELS if channels in (1, 3) else (channels,)
+
+
 def check_image_shape(shape, channels=COLOUR_CHANNELS):
     """Raise a `ValueError` naming `shape` unless it is a batch of images with `channels`.
 

@@ -4,6 +4,7 @@ import keras
 
 from keras_capsules._validation import is_int
 from keras_capsules._validation import is_number
+from keras_capsules.layers.image_converter import accepted_channels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +117,7 @@ class ServingSpec:
     def input_channels(self):
         """The channels an image may have: grey, RGB or RGBA where the model converts colour."""
         channels = self.image_shape[-1]
-        return (1, 3, 4) if self.any_image and channels in (1, 3) else (channels,)
+        return accepted_channels(channels) if self.any_image else (channels,)
 
     def heads(self, outputs):
         """`(scores, poses)` of the model's `outputs`; `poses` is `None` without them."""
