@@ -1,8 +1,10 @@
-"""The options of every `train ARCH`: the run and your own images.
+"""The options of `train ARCH`: the run's, your own images', and the architecture's.
 
-An architecture's own options are its family's (`Catalog.options`); these are
-the ones every architecture takes, and `NEEDS` says which apply to one source
-of data alone.
+An architecture's own options are its family's (`Catalog.options`); the run's
+and the images' are every architecture's, and `NEEDS` says which of those
+apply to one source of data alone. `option_values` reads the architecture's,
+and `unknown_arguments` names the architecture an option given to another
+belongs to.
 """
 
 from keras_capsules._devices import BFLOAT16_CPU_FLAGS
@@ -175,3 +177,82 @@ def add_run_options(group):
         action="store_true",
         help="start a new run in --output, deleting the run there (model, backup, history)",
     )
+
+
+def add_architecture_parsers(train, catalog):
+    """Add one parser per architecture of `catalog` under the `train` parser.
+
+    Each takes the options of every run and of your own images, and the
+    architecture's own (`catalog.options(name)`), in a group of their own.
+    """
+    architectures = train.add_subparsers(
+        dest="model", required=True, metavar="ARCH", title="architectures"
+    )
+    for name, text in catalog.architectures().items():
+        parser = architectures.add_parser(name, help=text, description=f"Train {text}.")
+        add_run_options(parser.add_argument_group("training run"))
+        add_image_options(parser.add_argument_group("your own images (--images)"))
+        own = parser.add_argument_group(f"{name}'s options")
+        for option in catalog.options(name):
+            option.add_to(own)
+
+
+def option_values(args):
+    """The values of the architecture's own options, each given or its declared default.
+
+    Refuses, in one line, an option given beside `--from-preset` (the preset
+    brings the architecture) and a required one left out without it.
+    """
+    prefix = "keras-capsules train"
+    options = args.catalog.options(args.model)
+    given = [option for option in options if hasattr(args, option.argument)]
+    if args.from_preset is not None and given:
+        flags = ", ".join(option.flag for option in given)
+        raise SystemExit(
+            f"{prefix}: {flags}: --from-preset {args.from_preset} brings the preset's "
+            "architecture; give one or the other, not both"
+        )
+    for option in options:
+        if option.required and args.from_preset is None and option not in given:
+            metavar = f" {option.metavar}" if option.metavar else ""
+            raise SystemExit(
+                f"{prefix}: {args.model} needs {option.flag}{metavar}, {option.help}; or "
+                "--from-preset, which brings its own"
+            )
+        if option not in given:
+            setattr(args, option.argument, option.default)
+    return {option.argument: getattr(args, option.argument) for option in options}
+
+
+def unknown_arguments(args, unknown, catalog):
+    """Why `train` refuses the arguments `unknown`, in one line; `None` where argparse says it.
+
+    An option of another architecture is named with the architectures that
+    take it: `-A is an option of matrix-capsnet, not of capsnet`.
+    """
+    flags = [_flag(text) for text in unknown if text.startswith("-") and len(text) > 1]
+    for flag in flags:
+        owners = [
+            name
+            for name in catalog.architectures()
+            if name != args.model and any(_same(flag, o.flag) for o in catalog.options(name))
+        ]
+        if owners:
+            return (
+                f"keras-capsules train {args.model}: error: {flag} is an option of "
+                f"{' and '.join(owners)}, not of {args.model} (keras-capsules train "
+                f"{args.model} --help lists its options)"
+            )
+    return None
+
+
+def _flag(text):
+    """The option that the argument `text` names: `--a-b=1` is `--a-b`, `-A8` is `-A`."""
+    if text.startswith("--"):
+        return text.split("=", 1)[0]
+    return text[:2]
+
+
+def _same(typed, flag):
+    """Whether `typed` names `flag`: the same, or a long option's prefix (argparse's rule)."""
+    return typed == flag or (typed.startswith("--") and len(typed) > 2 and flag.startswith(typed))
