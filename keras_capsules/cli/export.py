@@ -3,10 +3,12 @@
     keras-capsules export runs/mnist/model.keras models/capsnet
     keras-capsules export runs/mnist/model.keras capsnet.onnx --format onnx
     keras-capsules export runs/mnist/model.keras capsnet.tflite --format litert
+    keras-capsules export runs/bf16/model.keras capsnet.tflite --format litert --float32
 
 A SavedModel (the default) goes to `output/<version>`, the layout TF Serving
 and `keras-capsules serve` read (`keras_capsules.serving.export_saved_model`).
 ONNX and LiteRT are one file, `output` itself (`export_onnx`, `export_litert`).
+`--float32` exports a float32 copy of a mixed-precision model (`float32_copy`).
 """
 
 import contextlib
@@ -53,6 +55,12 @@ def add_parser(commands, catalog):
         default="probabilities",
         help="what the model's class scores are; logits are exported as their softmax",
     )
+    export.add_argument(
+        "--float32",
+        action="store_true",
+        help="export a float32 copy of a mixed_float16 or mixed_bfloat16 model (LiteRT and "
+        "ONNX Runtime take no bfloat16; LiteRT's builtin operations no float16 either)",
+    )
     return export
 
 
@@ -77,6 +85,8 @@ def run(args):
     model = load_model(args.model_path)
     with _holding_stderr() as held:
         try:
+            if args.float32:
+                model = serving.float32_copy(model)
             if args.format == "saved_model":
                 serving.export_saved_model(
                     model, args.output_dir, version=args.version, output_kind=args.output_kind

@@ -17,14 +17,16 @@ import numpy as np
 
 from keras_capsules._atomic import replacing
 from keras_capsules._autodiff import inference_only
-from keras_capsules._compat import keras as keras_compat
 from keras_capsules._optional import require
 from keras_capsules.serving.export import OUTPUT_KINDS
 from keras_capsules.serving.export import SERVING_SIGNATURE
 from keras_capsules.serving.export import _check_probabilities
 from keras_capsules.serving.export import _probe_images
 from keras_capsules.serving.export import _write_out
+from keras_capsules.serving.export import disagreement
+from keras_capsules.serving.export import low_precision_layer
 from keras_capsules.serving.export import probe_shapes
+from keras_capsules.serving.export import verify_tolerance
 from keras_capsules.serving.serving_spec import ServingSpec
 
 SUFFIXES = {"onnx": ".onnx", "litert": ".tflite"}
@@ -159,13 +161,13 @@ def export_litert(model, path, spec=None, output_kind="probabilities", verbose=T
             unconverted = sorted(set(re.findall(r"'tf\.(\w+)' op is neither", str(error))))
             if not unconverted:
                 raise
-            low = _low_precision_layer(model)
+            low = low_precision_layer(model)
             if low is not None:
                 raise ValueError(
                     f"LiteRT's builtin operations do not take {low.compute_dtype}, in which "
                     f"the model computes (layer {low.name!r}, policy {low.dtype_policy.name}): "
-                    "export a float32 copy, e.g. type(model).from_config({**model.get_config(), "
-                    "'dtype': 'float32'}) with model.get_weights() set."
+                    "export a float32 copy: keras_capsules.serving.float32_copy(model), or "
+                    "`keras-capsules export --float32`."
                 ) from error
             raise ValueError(
                 "LiteRT's builtin operations cannot express these TensorFlow operations "
@@ -181,11 +183,6 @@ def export_litert(model, path, spec=None, output_kind="probabilities", verbose=T
 
 
 PROBE_IMAGES = 4
-VERIFY_TOLERANCE = 1e-3
-"""Largest difference of a probability between the file's runtime and Keras (float32), or
-three times the model's own sensitivity to float32 rounding where that is larger."""
-SENSITIVE_TOLERANCE = 2e-2
-"""The most that a model's sensitivity may widen `VERIFY_TOLERANCE` to."""
 
 
 def _run_onnx(path, images):
@@ -212,10 +209,9 @@ def _verify(model, spec, function, path, format, run):
     The probes are random pixels over the model's input range (`[0, 255]`,
     or as its spec declares), of the network's size and, for a model that
     takes any image, of another size and colour; the file's probabilities must match
-    Keras's within `VERIFY_TOLERANCE` (ten times that for a model computing
-    in float16 or bfloat16), or within three times how far the model's own
-    probabilities move when the probes move by one part in a million, where
-    that is larger (at most `SENSITIVE_TOLERANCE`).
+    Keras's within `verify_tolerance` (1e-3, ten times that for a model
+    computing in float16 or bfloat16, or three times the model's own
+    sensitivity to float32 rounding where that is larger) with no class changed.
     """
     for shape in probe_shapes(spec, PROBE_IMAGES):
         _verify_on(model, function, path, format, run, _probe_images(spec, shape))
@@ -223,7 +219,11 @@ def _verify(model, spec, function, path, format, run):
 
 def _verify_on(model, function, path, format, run, images):
     """`_verify` on the probe `images`."""
-    expected = np.asarray(function(images)["probabilities"], dtype="float32")
+
+    def probabilities(x):
+        return np.asarray(function(x)["probabilities"], dtype="float32")
+
+    expected = probabilities(images)
     names = {"onnx": "ONNX Runtime", "litert": "LiteRT's interpreter"}
     try:
         answered = run(path, images)
@@ -235,41 +235,14 @@ def _verify_on(model, function, path, format, run, images):
             f"The exported {format} file does not run in {names[format]}, so it was not "
             f"written: {first}"
         ) from error
-    probabilities = np.asarray(answered.get("probabilities"), dtype="float32")
-    tolerance = max(
-        VERIFY_TOLERANCE * (10 if _low_precision_layer(model) is not None else 1),
-        min(3 * _sensitivity(function, images, expected), SENSITIVE_TOLERANCE),
-    )
-    if probabilities.shape != expected.shape:
-        apart = f"shape {probabilities.shape} against {expected.shape}"
-    elif not np.allclose(probabilities, expected, atol=tolerance, rtol=0):
-        apart = f"up to {np.nanmax(np.abs(probabilities - expected)):.3g} apart"
-    else:
+    tolerance = verify_tolerance(model, probabilities, images, expected)
+    apart = disagreement(expected, answered.get("probabilities"), tolerance)
+    if apart is None:
         return
     raise ValueError(
         f"The exported {format} file answers other probabilities than the Keras model on "
-        f"{len(images)} probe images {images.shape[1:]} ({apart}, beyond {tolerance:g}), so "
-        "it was not written."
+        f"{len(images)} probe images {images.shape[1:]} ({apart}), so it was not written."
     )
-
-
-def _sensitivity(function, images, expected):
-    """How far the model's own probabilities move when its inputs move by one part in 10^6.
-
-    Another runtime rounds float32 differently; a model that amplifies
-    rounding (EM routing's three capsule layers turn such a change into
-    about 2e-3) differs from Keras by as much in any runtime.
-    """
-    nudged = np.asarray(function(images * (1 + 1e-6))["probabilities"], dtype="float32")
-    return float(np.nanmax(np.abs(nudged - expected))) if expected.size else 0.0
-
-
-def _low_precision_layer(model):
-    """The first layer of `model` computing in float16 or bfloat16, or `None`."""
-    for layer in keras_compat.flatten_layers(model):
-        if keras.backend.standardize_dtype(layer.compute_dtype) in ("float16", "bfloat16"):
-            return layer
-    return None
 
 
 def _check_arguments(path, format, output_kind):

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -434,3 +435,73 @@ def test_a_saved_model_that_does_not_reproduce_the_model_is_not_written(
     with pytest.raises(ValueError, match=rf"SavedModel .*{failure}.*not written"):
         export_saved_model(model, str(tmp_path / "m"), spec=SPEC, verbose=False)
     assert not os.path.exists(tmp_path / "m")  # no version, no temporary, no folder made for it
+
+
+def _shifted_load(monkeypatch, shift):
+    """Make the export's check load a SavedModel whose probabilities are `shift(probabilities)`."""
+    from keras_capsules.serving import export
+
+    real = export._load
+
+    def load(tf, path):
+        serving = real(tf, path).signatures["serving_default"]
+
+        def shifted(**inputs):
+            answer = dict(serving(**inputs))
+            answer["probabilities"] = shift(answer["probabilities"])
+            return answer
+
+        return type("Loaded", (), {"signatures": {"serving_default": shifted}})()
+
+    monkeypatch.setattr(export, "_load", load)
+
+
+@requires_tensorflow
+def test_a_saved_model_as_far_from_keras_as_em_routing_rounds_is_written(tmp_path, monkeypatch):
+    """The shipped EM model's SavedModel lies 9.6e-4 from Keras, no class changed: written.
+
+    Grappler's rewrites of the graph round float32 otherwise than Keras; EM
+    routing amplifies that. A SavedModel 1e-5 from Keras was refused before.
+    """
+    _shifted_load(monkeypatch, lambda probabilities: probabilities + 9.6e-4)
+    model = applications.MatrixCapsNet(**TINY_EM)
+    path = export_saved_model(model, str(tmp_path / "em"), verbose=False)
+    assert os.path.isfile(os.path.join(path, "saved_model.pb"))
+
+
+@requires_tensorflow
+def test_a_saved_model_beyond_the_tolerance_names_how_far_and_is_not_written(tmp_path, monkeypatch):
+    _shifted_load(monkeypatch, lambda probabilities: probabilities + 3e-3)
+    model = applications.MatrixCapsNet(**TINY_EM)
+    with pytest.raises(
+        ValueError,
+        match=r"SavedModel answers other probabilities than the Keras model on 4 probe images "
+        r"\(20, 20, 2\) \(up to 0\.003 apart, beyond 0\.001\), so it was not written\.$",
+    ):
+        export_saved_model(model, str(tmp_path / "em"), verbose=False)
+    assert not os.path.exists(tmp_path / "em")
+
+
+@pytest.mark.parametrize(
+    "expected, answered, message",
+    [
+        # Within 1e-3 of each other, but the clear winner (by 1.5e-3) lost: refused.
+        ([[0.5, 0.4985, 0.0]], [[0.4992, 0.4993, 0.0]], "the class of 1 of 1 changed"),
+        # A tie at the model's precision (5e-4 apart) may go either way.
+        ([[0.5, 0.4995, 0.0]], [[0.4996, 0.4999, 0.0]], None),
+        ([[0.5, 0.2, 0.3]], [[0.5, 0.2, 0.3]], None),
+        ([[0.5, 0.2, 0.3]], [[0.5, 0.2, 0.31]], r"up to 0\.01 apart, beyond 0\.001$"),
+        ([[0.5, 0.2, 0.3]], [[0.5, 0.2]], r"shape \(1, 2\) against \(1, 3\)"),
+        ([[0.5, 0.2, 0.3]], [[np.nan, 0.2, 0.3]], r"up to nan apart"),
+    ],
+)
+def test_an_export_agrees_within_the_tolerance_and_with_the_same_classes(
+    expected, answered, message
+):
+    from keras_capsules.serving.export import disagreement
+
+    found = disagreement(np.array(expected), np.array(answered), 1e-3)
+    if message is None:
+        assert found is None
+    else:
+        assert found is not None and re.search(message, found), found

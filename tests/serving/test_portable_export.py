@@ -22,7 +22,7 @@ from keras_capsules.layers import ImageConverter
 from keras_capsules.serving import ServingSpec
 from keras_capsules.serving import export_litert
 from keras_capsules.serving import export_onnx
-from keras_capsules.serving.portable import VERIFY_TOLERANCE
+from keras_capsules.serving.export import VERIFY_TOLERANCE
 from tests.conftest import BACKEND
 
 requires_tensorflow = pytest.mark.skipif(
@@ -274,9 +274,44 @@ def test_litert_names_a_mixed_precision_policy_and_the_way_out(tmp_path):
     model = applications.CapsNetMNIST(
         conv_filters=8, primary_capsule_types=2, decoder_units=None, dtype="mixed_bfloat16"
     )
-    with pytest.raises(ValueError, match=r"do not take bfloat16.*mixed_bfloat16.*float32 copy"):
+    with pytest.raises(
+        ValueError,
+        match=r"do not take bfloat16.*mixed_bfloat16.*float32 copy: .*float32_copy\(model\), "
+        r"or `keras-capsules export --float32`",
+    ):
         export_litert(model, str(tmp_path / "m.tflite"), verbose=False)
     assert not list(tmp_path.iterdir())
+
+
+@requires_tensorflow
+def test_export_command_writes_a_float32_copy_of_a_mixed_precision_model(tmp_path):
+    """`--float32`: the LiteRT file of a mixed_bfloat16 model, answering as it does in float32."""
+    from keras_capsules import cli
+    from keras_capsules.serving import float32_copy
+
+    needs("litert")
+    keras.utils.set_random_seed(7)
+    model = applications.EfficientCapsNet(
+        conv_filters=(8, 8, 8, 32),
+        primary_capsule_types=4,
+        decoder_units=None,
+        dtype="mixed_bfloat16",
+    )
+    model.save(str(tmp_path / "m.keras"))
+    output = str(tmp_path / "m.tflite")
+    with pytest.raises(SystemExit, match=r"float32 copy: .*keras-capsules export --float32"):
+        cli.main(["export", str(tmp_path / "m.keras"), output, "--format", "litert"])
+    command = ["export", str(tmp_path / "m.keras"), output, "--format", "litert", "--float32"]
+    assert cli.main(command) == 0
+    copy = float32_copy(model)
+    assert copy.dtype_policy.name == "float32" and copy is not model
+    x = images(3, (28, 28, 1))
+    answered = run_litert(output, x)["probabilities"]
+    np.testing.assert_allclose(
+        answered, copy.predict(x, verbose=0)["probabilities"], atol=VERIFY_TOLERANCE
+    )
+    # The copy computes what the mixed-precision model rounds: its answers, to bfloat16's precision.
+    np.testing.assert_allclose(answered, model.predict(x, verbose=0)["probabilities"], atol=0.05)
 
 
 @requires_tensorflow
