@@ -1,4 +1,4 @@
-"""A preset's weights file: its checksum, loading it in one line per fault, writing it lean."""
+"""Weights files: a checksum, loading one with one line per fault, writing a preset's lean."""
 
 import hashlib
 import os
@@ -18,7 +18,8 @@ def sha256(path):
 
 
 def load_weights(model, weights):
-    """Load `weights` into `model`; one line if they are not the weights of its config."""
+    """Load `weights` into `model`; one line if they are damaged or not its config's weights."""
+    _check_readable(weights, "The preset's weights file", "Download or copy the preset again.")
     with warnings.catch_warnings():
         # A preset holds no optimizer state (a compiled model's optimizer is new).
         warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
@@ -26,6 +27,11 @@ def load_weights(model, weights):
         warnings.filterwarnings("ignore", "Skipping nested container")
         try:
             model.load_weights(weights)
+        except OSError as error:
+            raise ValueError(
+                f"The preset's weights file {weights} is damaged: it opens but cannot be read "
+                f"({first_line(error)}); download or copy the preset again."
+            ) from None
         except ValueError as error:
             raise ValueError(
                 f"{weights} does not hold the weights of the model its config.json "
@@ -69,6 +75,93 @@ def _mismatch(model, weights, error):
                         f"{tuple(stored.shape)} in the file"
                     )
     return str(error).strip().splitlines()[0][:300]
+
+
+def load_weights_file(model, path, what):
+    """Load the Keras weights file `path` into `model`, or say in one line why it cannot be.
+
+    A file that cannot be read as HDF5 (empty, truncated, random bytes, another
+    format) is damaged; an HDF5 file without Keras's layout is not a weights
+    file; a weights file whose variables do not fit `model` (another
+    backbone's) holds another model's weights. Each is a `ValueError` naming
+    `what` and `path`, without Keras's warnings.
+
+    Args:
+        model: a built Keras model.
+        path: the weights file: `.weights.h5`, or a Keras 2 `.h5` (as
+            `keras.applications` downloads).
+        what: what the file is to the user, for the message, e.g.
+            `"The backbone weights file"`.
+    """
+    import h5py
+
+    path = os.fspath(path)
+    _check_readable(path, what)
+    with h5py.File(path, "r") as f:
+        legacy = "layer_names" in f.attrs
+        keras_layout = legacy or any(key in f for key in ("layers", "vars"))
+    if not keras_layout:
+        raise ValueError(
+            f"{what} {path} is an HDF5 file but not a Keras weights file (it holds no layers); "
+            "save one with model.save_weights('NAME.weights.h5')."
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras warns once per layer that does not fit
+        try:
+            model.load_weights(path)
+        except OSError as error:
+            raise ValueError(
+                f"{what} {path} is damaged: it opens but cannot be read ({first_line(error)}); "
+                "copy or download it again."
+            ) from None
+        except (ValueError, KeyError) as error:
+            # Keras 2's files (`layer_names`) are compared by Keras's own message.
+            detail = first_line(error) if legacy else _mismatch(model, path, error)
+            raise ValueError(
+                f"{what} {path} holds the weights of another model, not of {model.name}: "
+                f"{detail}. Pass the weights of this model."
+            ) from None
+
+
+def _check_readable(path, what, again="Copy or download it again."):
+    """A `ValueError` naming `path` (`what`, then `again`) unless every part of it reads."""
+    import h5py
+
+    if not os.path.isfile(path):
+        raise ValueError(f"{what} {path} does not exist.")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{what} {path} is damaged: it is empty. {again}")
+    try:
+        with h5py.File(path, "r"):
+            pass
+    except OSError as error:
+        detail = first_line(error).replace("Unable to synchronously open file ", "")
+        raise ValueError(
+            f"{what} {path} is damaged: it is not a readable HDF5 weights file {detail}; it "
+            f"is truncated or corrupt, or another format. {again}"
+        ) from None
+    try:  # every group and array: a file damaged inside opens, and loads in part
+        with h5py.File(path, "r") as f:
+            f.visititems(_read)
+    except (OSError, RuntimeError, KeyError, ValueError) as error:
+        raise ValueError(
+            f"{what} {path} is damaged: it opens, but part of it cannot be read "
+            f"({first_line(error)}). {again}"
+        ) from None
+
+
+def _read(name, item):
+    """Read the array `item` whole (for `visititems`)."""
+    import h5py
+
+    if isinstance(item, h5py.Dataset):
+        item[()]
+
+
+def first_line(error):
+    """The first line of `error`'s message, at most 200 characters."""
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__
 
 
 def copy_weights(source, target, float16=False):

@@ -6,8 +6,15 @@ import re
 
 import keras
 
+from applications._weights_file import first_line
+from applications._weights_file import load_weights_file
+
 IMAGENET_SHAPE = (224, 224, 3)
 """The input shape of a standard backbone whose size is not given: ImageNet's 224x224 RGB."""
+BACKBONE_WEIGHTS = "The backbone weights file"
+"""How the errors name a weights file given for a backbone (`--backbone-weights`)."""
+HUB_WEIGHTS_FILE = "model.weights.h5"
+"""The weights file of a keras-hub preset folder (unsharded)."""
 
 
 def hub_installed():
@@ -33,6 +40,8 @@ def hub_backbone(handle, input_shape, weights):
             image size (224x224 if it has none).
         weights: `"imagenet"` for the preset's own weights, `None` for
             random weights, or the path of a weights file of the backbone.
+            A weights file, given or the preset folder's own, that is damaged
+            or another model's is a `ValueError` naming it.
 
     Returns:
         A functional `keras.Model` named after the preset.
@@ -45,7 +54,10 @@ def hub_backbone(handle, input_shape, weights):
             "or a keras-hub image preset: a name of `keras_hub.models.Backbone.presets`, a "
             f"kaggle:// or hf:// handle, or a preset folder. Received: backbone={handle!r}"
         )
-    load = weights == "imagenet"
+    folder_weights = os.path.join(handle, HUB_WEIGHTS_FILE)
+    # A folder's own weights are loaded here, to name the file if they do not fit.
+    own_folder = weights == "imagenet" and os.path.isfile(folder_weights)
+    load = weights == "imagenet" and not own_folder
     try:
         converter = keras_hub.layers.ImageConverter.from_preset(handle)
         shape = tuple(input_shape or (*(converter.image_size or IMAGENET_SHAPE[:2]), 3))
@@ -60,12 +72,14 @@ def hub_backbone(handle, input_shape, weights):
     except Exception as error:  # keras-hub and the hubs raise many types
         raise ValueError(
             f"Could not load the keras-hub preset {handle!r} ({type(error).__name__}: "
-            f"{error}). It needs an image converter (image_converter.json) and a backbone; "
-            "a preset from a hub is downloaded on first use: where this machine cannot, "
+            f"{first_line(error)}). It needs an image converter (image_converter.json) and a "
+            "backbone; a preset from a hub is downloaded on first use: where this machine cannot, "
             "download it elsewhere and pass its folder."
         ) from None
-    if weights is not None and not load:
-        backbone.load_weights(weights)
+    if own_folder:
+        load_weights_file(backbone, folder_weights, "The keras-hub preset's weights file")
+    elif weights is not None and not load:
+        load_weights_file(backbone, weights, BACKBONE_WEIGHTS)
     scale = 1.0 if converter.scale is None else converter.scale
     offset = 0.0 if converter.offset is None else converter.offset
     images = keras.Input(shape, name="images")

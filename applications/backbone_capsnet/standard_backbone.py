@@ -4,6 +4,8 @@ import os
 
 import keras
 
+from applications._weights_file import load_weights_file
+from applications.backbone_capsnet._hub_backbone import BACKBONE_WEIGHTS
 from applications.backbone_capsnet._hub_backbone import IMAGENET_SHAPE
 from applications.backbone_capsnet._hub_backbone import hub_backbone
 from applications.backbone_capsnet._hub_backbone import hub_installed
@@ -74,7 +76,8 @@ def standard_backbone(name, input_shape=None, weights="imagenet"):
         weights: `"imagenet"` (downloaded once into Keras's cache, where the
             machine can reach it; for a keras-hub preset, the preset's own
             weights), `None` for random weights, or the path of a
-            `.weights.h5` file of the model without its top.
+            `.weights.h5` file of the model without its top. A damaged
+            file, or another model's, is a `ValueError` naming it.
 
     Returns:
         A functional `keras.Model` named after the model.
@@ -113,9 +116,13 @@ def standard_backbone(name, input_shape=None, weights="imagenet"):
     name = known
     input_shape = input_shape or IMAGENET_SHAPE
     module = getattr(keras.applications, STANDARD_BACKBONES[name])
+    own_file = weights not in (None, "imagenet")
     try:
         model = getattr(keras.applications, name)(
-            include_top=False, weights=weights, input_shape=input_shape, pooling=None
+            include_top=False,
+            weights=None if own_file else weights,
+            input_shape=input_shape,
+            pooling=None,
         )
     except Exception as error:  # keras.utils.get_file raises a bare Exception
         if weights != "imagenet" or "fetch failure" not in str(error):
@@ -125,6 +132,8 @@ def standard_backbone(name, input_shape=None, weights="imagenet"):
             "the internet can be reached and pass the file as weights, or train from "
             "random weights with weights=None (--backbone-weights none)."
         ) from None
+    if own_file:  # one line naming the file if it is damaged or another model's
+        load_weights_file(model, weights, BACKBONE_WEIGHTS)
     images = keras.Input(input_shape, name="images")
     pixels = keras.layers.Rescaling(255.0, name="to_0_255")(images)
     features = model(module.preprocess_input(pixels))

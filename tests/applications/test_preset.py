@@ -1,6 +1,7 @@
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,6 +119,48 @@ def test_an_altered_weights_file_is_refused_by_name(tmp_path, damage):
     with pytest.raises(ValueError, match="model.weights.h5 is not the file") as error:
         applications.CapsNet.from_preset(folder)
     assert weights in str(error.value)
+
+
+def _rewrite_weights(folder, data):
+    """Write `data` as the preset's weights, its checksum updated to match."""
+    weights = os.path.join(folder, "model.weights.h5")
+    with open(weights, "wb") as f:
+        f.write(data)
+    metadata_path = os.path.join(folder, "metadata.json")
+    with open(metadata_path) as f:
+        metadata = json.load(f)
+    metadata["weights_sha256"] = hashlib.sha256(data).hexdigest()
+    with open(metadata_path, "w") as f:
+        json.dump(metadata, f)
+    return weights
+
+
+@pytest.mark.parametrize(
+    "damage, detail",
+    [
+        ("truncated", r"not a readable HDF5 weights file \(truncated file: "),
+        ("a_zip", r"not a readable HDF5 weights file \(file signature not found\)"),
+    ],
+)
+def test_damaged_weights_with_a_matching_checksum_are_named(tmp_path, damage, detail):
+    """Checksummed by whoever damaged them: the file is still named as damaged, in one line."""
+    _, folder = _saved(tmp_path)
+    with open(os.path.join(folder, "model.weights.h5"), "rb") as f:
+        data = f.read()
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    else:  # another format: the model saved as a .keras archive
+        model = applications.CapsNet(**SMALL_MODELS["CapsNet"])
+        model.save(str(tmp_path / "model.keras"))
+        with open(tmp_path / "model.keras", "rb") as f:
+            data = f.read()
+    weights = _rewrite_weights(folder, data)
+    with pytest.raises(ValueError) as raised:
+        applications.CapsNet.from_preset(folder)
+    message = str(raised.value)
+    assert message.startswith(f"The preset's weights file {weights} is damaged: "), message
+    assert re.search(detail, message) and message.endswith("Download or copy the preset again.")
+    assert "\n" not in message
 
 
 def test_missing_files_and_checksum_are_named(tmp_path):

@@ -46,6 +46,29 @@ def test_a_frozen_backbone_from_a_weights_file_trains_its_head(tmp_path):
         np.testing.assert_array_equal(got, want)  # loaded from the file, and frozen
 
 
+def test_a_truncated_backbone_weights_file_is_named_not_the_disk(tmp_path):
+    base = keras.applications.MobileNetV3Small(
+        include_top=False, weights=None, input_shape=(32, 32, 3)
+    )
+    weights = str(tmp_path / "mobilenet.weights.h5")
+    base.save_weights(weights)
+    with open(weights, "r+b") as f:
+        f.truncate(os.path.getsize(weights) // 2)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(
+            ["train", "backbone-capsnet", "--backbone", "mobilenetv3small"]
+            + ["--backbone-weights", weights]
+            + ["--images", str(_photos(tmp_path / "photos")), "--image-size", "32", "32"]
+            + ["--epochs", "1", "--output", str(tmp_path / "run")]
+        )
+    message = str(stopped.value)
+    assert message.startswith(
+        f"keras-capsules train: The backbone weights file {weights} is damaged: it is not a "
+        "readable HDF5 weights file (truncated file: "
+    ), message
+    assert "\n" not in message and "cannot write" not in message and "space" not in message
+
+
 @pytest.mark.parametrize(
     "options, message",
     [

@@ -1,5 +1,7 @@
 """keras-hub image presets as backbones, from preset folders the tests write (no download)."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -87,3 +89,42 @@ def test_what_is_not_a_hub_image_preset(preset, tmp_path):
     preset[1].save_to_preset(bare)  # no image converter: how it takes pixels is unknown
     with pytest.raises(ValueError, match="image converter"):
         applications.standard_backbone(bare, (32, 32, 3))
+
+
+def test_a_preset_folder_holding_another_resnets_weights_is_named(preset, tmp_path):
+    import shutil
+
+    folder = str(tmp_path / "tiny_resnet")
+    shutil.copytree(preset[0], folder)
+    other = keras_hub.models.ResNetBackbone(
+        input_conv_filters=[64],
+        input_conv_kernel_sizes=[3],
+        stackwise_num_filters=[64, 128],  # the tiny ResNet's second stage has 64
+        stackwise_num_blocks=[1, 1],
+        stackwise_num_strides=[1, 2],
+        block_type="basic_block",
+        use_pre_activation=False,
+        image_shape=(None, None, 3),
+    )
+    weights = os.path.join(folder, "model.weights.h5")
+    other.save_weights(weights)
+    with pytest.raises(ValueError) as raised:
+        applications.standard_backbone(folder, (32, 32, 3))
+    message = str(raised.value)
+    assert message.startswith(
+        f"The keras-hub preset's weights file {weights} holds the weights of another model, not of "
+    ), message
+    assert "has the shape" in message and "\n" not in message, message
+
+
+def test_a_damaged_weights_file_for_a_hub_preset_is_named(preset, tmp_path):
+    path = str(tmp_path / "resnet.weights.h5")
+    preset[1].save_weights(path)
+    with open(path, "r+b") as f:
+        f.seek(0)
+        f.write(b"GIF89a")  # the file's signature overwritten
+    with pytest.raises(ValueError) as raised:
+        applications.standard_backbone(preset[0], (32, 32, 3), weights=path)
+    message = str(raised.value)
+    assert message.startswith(f"The backbone weights file {path} is damaged: "), message
+    assert "\n" not in message

@@ -1,3 +1,4 @@
+import re
 import sys
 
 import keras
@@ -38,6 +39,76 @@ def test_a_weights_file(tmp_path):
     backbone = applications.standard_backbone("MobileNetV3Small", (32, 32, 3), weights=path)
     for got, want in zip(backbone.get_layer("MobileNetV3Small").weights, model.weights):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.fixture(scope="module")
+def mobilenet_weights(tmp_path_factory):
+    """MobileNetV3Small's weights file for 32x32 images, and its bytes."""
+    model = keras.applications.MobileNetV3Small(
+        include_top=False, weights=None, input_shape=(32, 32, 3)
+    )
+    path = str(tmp_path_factory.mktemp("weights") / "mobilenet.weights.h5")
+    model.save_weights(path)
+    with open(path, "rb") as f:
+        return path, f.read()
+
+
+def _damaged(data, damage):
+    """`data`, a weights file's bytes, damaged as `damage` says."""
+    if damage == "truncated":
+        return data[: len(data) // 2]
+    if damage == "random":
+        return np.random.default_rng(0).bytes(5000)
+    if damage == "empty":
+        return b""
+    middle = len(data) // 2  # "inside": the header whole, the middle of the file zeroed
+    return data[: middle - 200_000] + bytes(400_000) + data[middle + 200_000 :]
+
+
+@pytest.mark.parametrize(
+    "damage, detail",
+    [
+        ("truncated", r"not a readable HDF5 weights file \(truncated file: eof = "),
+        ("random", r"not a readable HDF5 weights file \(file signature not found\)"),
+        ("empty", r"it is empty"),
+        ("inside", r"it opens, but part of it cannot be read"),  # loaded in part, before
+    ],
+)
+def test_a_damaged_weights_file_is_named_in_one_line(mobilenet_weights, tmp_path, damage, detail):
+    path = str(tmp_path / "mobilenet.weights.h5")
+    with open(path, "wb") as f:
+        f.write(_damaged(mobilenet_weights[1], damage))
+    with pytest.raises(ValueError) as raised:
+        applications.standard_backbone("MobileNetV3Small", (32, 32, 3), weights=path)
+    message = str(raised.value)
+    assert message.startswith(f"The backbone weights file {path} is damaged: "), message
+    assert re.search(detail, message) and "\n" not in message, message
+
+
+def test_another_backbones_weights_file_is_named_in_one_line(tmp_path, recwarn):
+    other = keras.applications.MobileNetV2(include_top=False, weights=None, input_shape=(32, 32, 3))
+    path = str(tmp_path / "mobilenet_v2.weights.h5")
+    other.save_weights(path)
+    recwarn.clear()
+    with pytest.raises(ValueError) as raised:
+        applications.standard_backbone("MobileNetV3Small", (32, 32, 3), weights=path)
+    assert str(raised.value) == (
+        f"The backbone weights file {path} holds the weights of another model, not of "
+        "MobileNetV3Small: conv/kernel has the shape (3, 3, 3, 16) in the model and "
+        "(3, 3, 3, 32) in the file. Pass the weights of this model."
+    )
+    assert not [w for w in recwarn if "could not be loaded" in str(w.message).lower()]
+    assert len(recwarn) < 5, [str(w.message)[:100] for w in recwarn]  # not one per layer
+
+
+def test_an_hdf5_file_that_holds_no_weights_is_named(tmp_path):
+    import h5py
+
+    path = str(tmp_path / "data.weights.h5")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.zeros(3))
+    with pytest.raises(ValueError, match=r"data\.weights\.h5 is an HDF5 file but not a Keras"):
+        applications.standard_backbone("MobileNetV3Small", (32, 32, 3), weights=path)
 
 
 def test_a_failed_download_says_what_to_do(monkeypatch):
