@@ -51,6 +51,12 @@ def _read_json(path):
             value = json.load(f)
     except FileNotFoundError:
         raise ValueError(f"The preset has no {os.path.basename(path)}: {path}") from None
+    except RecursionError:  # Python's parser recurses once per level of nesting
+        raise ValueError(
+            f"Cannot read {path}: it nests its lists or objects deeper than Python's JSON "
+            "parser can follow; a preset's file is a few levels deep, so this one is damaged "
+            "or not a preset's. Write the preset with save_to_preset()."
+        ) from None
     except (OSError, ValueError) as error:
         raise ValueError(f"Cannot read {path}: {error}") from None
     if not isinstance(value, dict):

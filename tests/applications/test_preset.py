@@ -163,6 +163,19 @@ def test_damaged_weights_with_a_matching_checksum_are_named(tmp_path, damage, de
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("name", ["config.json", "metadata.json"])
+def test_json_nested_too_deep_is_named_in_one_line(tmp_path, name):
+    _, folder = _saved(tmp_path)
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError) as raised:
+        applications.CapsNet.from_preset(folder)
+    message = str(raised.value)
+    assert message.startswith(f"Cannot read {path}: it nests its lists or objects deeper")
+    assert "damaged or not a preset's" in message and "\n" not in message
+
+
 def test_missing_files_and_checksum_are_named(tmp_path):
     _, folder = _saved(tmp_path)
     metadata_path = os.path.join(folder, "metadata.json")
