@@ -25,6 +25,8 @@ RANGE_TOLERANCE = 0.01
 
 MAX_IMAGE_PIXELS = 4096 * 4096
 """The largest image, in pixels, a model that takes any size is given (checked before decoding)."""
+MAX_PNG_SIDE = 1_000_000
+"""The longest side of a PNG the server decodes: libpng's limit, kept by TensorFlow's decoder."""
 
 
 class SavedModelPredictor(kserve.Model):
@@ -181,7 +183,9 @@ class SavedModelPredictor(kserve.Model):
         """A PNG as a float32 image the model takes, or InvalidInput.
 
         The size is read from the PNG's header and checked before anything is
-        decoded, so a small file that claims a huge image costs nothing.
+        decoded, so a small file that claims a huge image costs nothing; a side
+        longer than `MAX_PNG_SIDE` is refused by name, as the decoder would refuse
+        it, and a PNG whose data does not decode is named damaged.
         An alpha channel is dropped, as the model's image converter drops it
         from an image sent as a list: an RGBA PNG is answered as its RGB
         image, a grey + alpha PNG as its grey one. For a model that converts
@@ -203,6 +207,12 @@ class SavedModelPredictor(kserve.Model):
                 f"{where}: the PNG is {size[0]}x{size[1]}; this server takes images of at "
                 f"most {MAX_IMAGE_PIXELS} pixels"
             )
+        if self.any_image and max(size) > MAX_PNG_SIDE:
+            raise InvalidInput(
+                f"{where}: the PNG is {size[0]}x{size[1]}; this server decodes PNGs whose "
+                f"sides are at most {MAX_PNG_SIDE} pixels (and of at most {MAX_IMAGE_PIXELS} "
+                "pixels)"
+            )
         if not self.any_image and size != (height, width):
             raise InvalidInput(
                 f"{where}: expected a {height}x{width} image, received {size[0]}x{size[1]}"
@@ -210,7 +220,10 @@ class SavedModelPredictor(kserve.Model):
         try:
             image = tf.io.decode_png(raw, dtype=tf.uint8).numpy().astype(np.float32)
         except tf.errors.InvalidArgumentError:
-            raise InvalidInput(not_png) from None
+            raise InvalidInput(
+                f"{where}: the PNG ({size[0]}x{size[1]}, as its header says) is damaged: its "
+                "image data cannot be decoded (truncated or corrupt)"
+            ) from None
         if image.shape[2] in (2, 4):  # grey + alpha or RGBA: the alpha is dropped
             image = image[..., :-1]
         if self.any_image and image.shape[2] in self.input_channels:

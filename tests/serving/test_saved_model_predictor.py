@@ -196,3 +196,54 @@ def test_class_names_travel_to_the_servers_answers_and_metadata(tmp_path):
     assert served.metadata()["metadata"]["class_names"] == names
     columns = asyncio.run(served.predict({"inputs": x.tolist()}))["outputs"]
     assert columns["labels"] == [names[c] for c in classes]
+
+
+def _png(height, width, rows):
+    """A greyscale 8-bit PNG of `height` x `width` whose image data is `rows` (filter bytes in)."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows, 9))
+        + chunk(b"IEND", b"")
+    )
+
+
+@pytest.mark.parametrize("height, width", [(1, 16777216), (16777216, 1)])
+def test_a_png_longer_than_the_decoder_takes_is_refused_by_its_size(capsnet_export, height, width):
+    """Within the server's pixel limit, but a side longer than libpng decodes: said so."""
+    import base64
+
+    from kserve.errors import InvalidInput
+
+    predictor = _predictor(capsnet_export["pixels"][1])
+    png = _png(height, width, bytes(height * (width + 1)))
+    request = {"instances": [{"b64": base64.b64encode(png).decode()}]}
+    with pytest.raises(InvalidInput) as raised:
+        asyncio.run(predictor.predict(request))
+    assert str(raised.value) == (
+        f"instances[0]: the PNG is {height}x{width}; this server decodes PNGs whose sides are at "
+        "most 1000000 pixels (and of at most 16777216 pixels)"
+    )
+
+
+def test_a_png_cut_short_is_named_damaged(capsnet_export):
+    import base64
+
+    from kserve.errors import InvalidInput
+
+    predictor = _predictor(capsnet_export["pixels"][1])
+    pixels = np.random.default_rng(0).integers(0, 256, (28, 28)).astype("uint8")
+    rows = b"".join(b"\x00" + row.tobytes() for row in pixels)  # filter 0: the bytes as they are
+    png = _png(28, 28, rows)
+    request = {"instances": [{"b64": base64.b64encode(png[: len(png) // 2]).decode()}]}
+    with pytest.raises(InvalidInput, match=r"the PNG \(28x28, as its header says\) is damaged"):
+        asyncio.run(predictor.predict(request))
