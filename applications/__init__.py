@@ -16,12 +16,13 @@ from applications.capsnet import CapsNet
 from applications.capsnet import CapsNetBackbone
 from applications.capsnet import CapsNetMNIST
 from applications.capsnet import CapsNetMultiMNIST
-from applications.capsnet import MultiMNISTAccuracy
 from applications.efficient_capsnet import EfficientCapsNet
 from applications.efficient_capsnet import EfficientCapsNetBackbone
+from applications.efficient_capsnet import EfficientCapsNetMultiMNIST
 from applications.matrix_capsnet import MatrixCapsNet
 from applications.matrix_capsnet import MatrixCapsNetBackbone
 from applications.matrix_capsnet import MatrixCapsNetNORB
+from applications.multimnist_accuracy import MultiMNISTAccuracy
 from applications.recipe import Recipe
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "CapsNetMultiMNIST",
     "EfficientCapsNet",
     "EfficientCapsNetBackbone",
+    "EfficientCapsNetMultiMNIST",
     "MatrixCapsNet",
     "MatrixCapsNetBackbone",
     "MatrixCapsNetNORB",

@@ -42,6 +42,10 @@ class Task:
     BACKBONE = None
     """The family's backbone class, which `backbone=None` builds (`_backbone`)."""
 
+    MULTIMNIST = None
+    """The name in `applications` of the family's network for MultiMNIST (two digits per
+    image), which `keras-capsules train ARCH --data multimnist` builds; `None` if none."""
+
     OPTIONS = ()
     """The family's command-line options (`keras_capsules.cli.option.Option`), one per
     constructor argument `keras-capsules train` sets; `option_arguments` reads them."""

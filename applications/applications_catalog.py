@@ -42,10 +42,13 @@ class ApplicationsCatalog(Catalog):
         "backbone-capsnet": "BackboneCapsNet",
     }
 
-    def model_class(self, name):
+    def model_class(self, name, data=None):
         import applications
 
-        return getattr(applications, self._CLASSES[name])
+        family = getattr(applications, self._CLASSES[name])
+        if data != "multimnist":
+            return family
+        return None if family.MULTIMNIST is None else getattr(applications, family.MULTIMNIST)
 
     def options(self, name):
         return tuple(self.model_class(name).OPTIONS)

@@ -4,6 +4,5 @@ from applications.capsnet.capsnet import CapsNet
 from applications.capsnet.capsnet_backbone import CapsNetBackbone
 from applications.capsnet.capsnet_mnist import CapsNetMNIST
 from applications.capsnet.capsnet_multimnist import CapsNetMultiMNIST
-from applications.capsnet.multimnist_accuracy import MultiMNISTAccuracy
 
-__all__ = ["CapsNet", "CapsNetBackbone", "CapsNetMNIST", "CapsNetMultiMNIST", "MultiMNISTAccuracy"]
+__all__ = ["CapsNet", "CapsNetBackbone", "CapsNetMNIST", "CapsNetMultiMNIST"]

@@ -93,6 +93,7 @@ class CapsNet(CapsuleClassifier):
 
     BACKBONE = CapsNetBackbone
     RECIPE = Recipe(batch_size=100, learning_rate=1e-3, bfloat16_on_cpu=True)
+    MULTIMNIST = "CapsNetMultiMNIST"
     OPTIONS = (
         Option("iterations", "routing iterations", type=positive_int, default=3, metavar="N"),
         Option("conv_filters", "filters of Conv1", type=positive_int, default=256, metavar="N"),

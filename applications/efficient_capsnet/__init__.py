@@ -1,6 +1,7 @@
-"""Efficient-CapsNet (Mazzia et al. 2021): its backbone and its classifier."""
+"""Efficient-CapsNet (Mazzia et al. 2021): backbone, classifier, MultiMNIST network."""
 
 from applications.efficient_capsnet.efficient_capsnet import EfficientCapsNet
 from applications.efficient_capsnet.efficient_capsnet_backbone import EfficientCapsNetBackbone
+from applications.efficient_capsnet.efficient_capsnet_multimnist import EfficientCapsNetMultiMNIST
 
-__all__ = ["EfficientCapsNet", "EfficientCapsNetBackbone"]
+__all__ = ["EfficientCapsNet", "EfficientCapsNetBackbone", "EfficientCapsNetMultiMNIST"]

@@ -85,6 +85,7 @@ class EfficientCapsNet(CapsuleClassifier):
         decay_every_epoch=True,
         bfloat16_on_cpu=True,
     )
+    MULTIMNIST = "EfficientCapsNetMultiMNIST"
 
     def __init__(
         self,

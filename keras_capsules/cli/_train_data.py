@@ -3,18 +3,24 @@
 from keras_capsules.cli import _training
 
 
-def datasets(args, batch_size, summary=None):
+def datasets(args, batch_size, summary=None, initial_epoch=0):
     """`(train_dataset, test, train_count, test_count, spec)`: the data and the model it needs.
 
     `test` is `(x_test, y_test)` or a test dataset; `spec` holds the model's
     `input_shape`, `class_names` and pixel `scale`, and the data's `fingerprint`
-    (`run.json` records it; a resume checks it). A folder that cannot be read,
+    (`run.json` records it; a resume checks it); for data streamed across
+    epochs (MultiMNIST) also `steps_per_epoch`, the name of the accuracy
+    `metric` where it is not `"accuracy"`, and `learning_curve`: test after
+    every epoch (`history.csv` records it). A folder that cannot be read,
     or holds no training or test images, ends the command with one line that
-    says so. `summary` is `--images`' `FolderSummary`, checked already.
+    says so. `summary` is `--images`' `FolderSummary`, checked already;
+    `initial_epoch` is the epoch a resumed run starts at.
     """
     try:
         if args.images is not None:
             return image_datasets(args, batch_size, summary)
+        if args.data == "multimnist":
+            return multimnist_datasets(args, batch_size, initial_epoch)
         return read_datasets(args, batch_size)
     except ValueError as error:
         raise SystemExit(f"keras-capsules {args.command}: {error}") from None
@@ -117,3 +123,69 @@ def read_datasets(args, batch_size):
     spec = {"input_shape": (28, 28, 1), "class_names": tuple(names), "scale": 1.0 / 255.0}
     spec["fingerprint"] = _training.builtin_fingerprint(args.data, data, len(x_train), len(x_test))
     return train_ds, (x_test[..., None], y_test), len(x_train), len(x_test), spec
+
+
+MULTIMNIST_TEST_SEED = 1
+"""The seed of the fixed MultiMNIST test set: one pair per MNIST test digit, 10,000 pairs."""
+
+
+def multimnist_test(x_test, y_test, test_size=None):
+    """The fixed MultiMNIST test set `train` and `evaluate` measure: a dict of NumPy arrays.
+
+    One pair per MNIST test digit drawn with `MULTIMNIST_TEST_SEED` (10,000
+    pairs), the first `test_size` of them if given.
+    """
+    from keras_capsules.datasets import multimnist
+
+    test = multimnist.test_set(x_test, y_test, pairs_per_digit=1, seed=MULTIMNIST_TEST_SEED)
+    return {k: test[k][:test_size] for k in ("images", "labels", "digits")}
+
+
+def multimnist_datasets(args, batch_size, initial_epoch=0):
+    """MultiMNIST pairs made on the fly from the MNIST training digits, and the fixed test set.
+
+    An epoch is one pass over the training digits, each the base digit of one
+    pair with a digit of another class (Sabour et al. draw 1,000 passes);
+    epoch `e` reads pass `e` of the stream `multimnist.training_pipeline`
+    draws from `--seed`, so a resumed run reads on where it stopped.
+    """
+    import tensorflow as tf
+
+    from keras_capsules.datasets import mnist
+    from keras_capsules.datasets import multimnist
+
+    (x_train, y_train), (x_test, y_test) = mnist.load_data(args.data_dir)
+    x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
+    check_not_empty(args, x_train, x_test)
+    steps_per_epoch = len(x_train) // batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(
+            f"--batch-size {batch_size} is larger than the {len(x_train)} training digits"
+        )
+    per_epoch = steps_per_epoch * batch_size
+    seen = initial_epoch * per_epoch
+    passes = -(-args.epochs * per_epoch // len(x_train))
+    train_ds = multimnist.training_pipeline(
+        x_train,
+        y_train,
+        batch_size=batch_size,
+        pairs_per_digit=passes,
+        seed=args.seed or 0,
+        as_dict=True,
+        drop_remainder=True,
+        start=seen,
+    ).take((args.epochs - initial_epoch) * steps_per_epoch)
+    test = multimnist_test(x_test, y_test, args.test_size)
+    test_ds = tf.data.Dataset.from_tensor_slices(test).batch(batch_size)
+    spec = {
+        "input_shape": multimnist.INPUT_SHAPE,
+        "class_names": tuple(str(digit) for digit in range(10)),
+        "scale": 1.0 / 255.0,
+        "fingerprint": _training.builtin_fingerprint(
+            args.data, mnist, len(x_train), len(test["images"])
+        ),
+        "steps_per_epoch": steps_per_epoch,
+        "metric": "multimnist_accuracy",
+        "learning_curve": True,
+    }
+    return train_ds, test_ds, per_epoch, len(test["images"]), spec

@@ -15,7 +15,7 @@ from keras_capsules.cli.argument_types import positive_float
 from keras_capsules.cli.argument_types import positive_int
 from keras_capsules.cli.argument_types import unit_fraction
 
-DATA = ("mnist", "fashion-mnist", "smallnorb")
+DATA = ("mnist", "fashion-mnist", "smallnorb", "multimnist")
 """The data sets `train` reads, by the name `--data` takes."""
 
 SHIFTED = ("mnist", "fashion-mnist")
@@ -113,7 +113,9 @@ def add_run_options(group):
         "--data",
         choices=DATA,
         default=None,
-        help="the data set, when no --images (mnist); smallnorb is read from --data-dir",
+        help="the data set, when no --images (mnist); smallnorb is read from --data-dir; "
+        "multimnist makes pairs of overlapping MNIST digits as it trains (an epoch: one pair "
+        "per training digit)",
     )
     group.add_argument(
         "--batch-size",

@@ -248,6 +248,18 @@ def usable_backup(backup_dir):
     return False
 
 
+def backup_epoch(backup_dir):
+    """The epochs the backup in `backup_dir` holds, which a resumed run starts after (0 if none).
+
+    The backup is made usable first (`usable_backup`), so the number is the
+    one Keras's `BackupAndRestore` resumes from.
+    """
+    if not usable_backup(backup_dir):
+        return 0
+    with open(os.path.join(backup_dir, "training_metadata.json")) as f:
+        return int(json.load(f)["epoch"])
+
+
 def _readable_backup(weights, metadata):
     import h5py
 

@@ -47,8 +47,12 @@ class Catalog:
         """The hypermodels `tune` searches, `{name: help}`."""
         return dict(self.HYPERMODELS)
 
-    def model_class(self, name):
-        """The classifier class of the architecture `name` (its `RECIPE`, `from_preset`, ...)."""
+    def model_class(self, name, data=None):
+        """The classifier class of the architecture `name` (its `RECIPE`, `from_preset`, ...).
+
+        With `data="multimnist"`, the architecture's network for two digits
+        per image (`train ARCH --data multimnist`), or `None` if it has none.
+        """
         raise NotImplementedError
 
     def options(self, name):

@@ -4,10 +4,16 @@
     keras-capsules evaluate --preset efficient_capsnet_fashion_mnist
     keras-capsules evaluate                # the capsnet_mnist preset
     keras-capsules evaluate runs/photos/model.keras --images photos-test/
+    keras-capsules evaluate runs/multimnist/model.keras --data multimnist
 
 A preset is evaluated on the data set it was trained on. A `.keras` model
 whose input is a stereo pair (two channels) is evaluated on smallNORB from
-`--data-dir`, any other on MNIST. With `--images DIR` (one subfolder of
+`--data-dir`, a MultiMNIST network (two digits per image) on MultiMNIST, any
+other on MNIST; `--data` names the data set instead. MultiMNIST is measured
+as Sabour et al. measure it, on a fixed test set of 10,000 pairs of MNIST
+test digits (one per digit, seeded): a pair is right when its two labels are
+the two longest class capsules; the paper's errors are printed beside.
+With `--images DIR` (one subfolder of
 images per class, named as some or all of the model's classes) the model is
 evaluated on those images, resized to its input size, and a table gives each
 class's accuracy by name; with some of its classes, the accuracy is over
@@ -18,6 +24,7 @@ import json
 
 from keras_capsules.cli._model import add_model_arguments
 from keras_capsules.cli._model import load_model_or_preset
+from keras_capsules.cli._train_options import DATA
 from keras_capsules.cli.argument_types import data_dir
 from keras_capsules.cli.argument_types import image_folder_argument
 from keras_capsules.cli.argument_types import positive_int
@@ -29,6 +36,12 @@ def add_parser(commands, catalog):
         "evaluate", help="evaluate a saved .keras model or a preset on its test set"
     )
     add_model_arguments(evaluate)
+    evaluate.add_argument(
+        "--data",
+        choices=DATA,
+        default=None,
+        help="the data set (default: the preset's, or the one the model's input implies)",
+    )
     evaluate.add_argument("--data-dir", type=data_dir, default=None)
     evaluate.add_argument("--batch-size", type=positive_int, default=32)
     evaluate.add_argument("--test-size", type=positive_int, default=None)
@@ -52,8 +65,13 @@ def run(args):
     """Run `keras-capsules evaluate` with parsed arguments; return the exit status."""
     model, data = load_model_or_preset(args, "evaluate")
     if args.images is not None:
+        if args.data is not None:
+            raise SystemExit("keras-capsules evaluate: give --images or --data, not both")
         return _evaluate_images(model, args)
-    norb = model.input_shape[-1] == 2  # a stereo pair: smallNORB
+    data = (args.data or data or _implied_data(model)).replace("_", "-")
+    if data == "multimnist":
+        return _evaluate_multimnist(model, args)
+    norb = data == "smallnorb"
     try:
         if norb:
             from keras_capsules.datasets import smallnorb
@@ -62,7 +80,7 @@ def run(args):
         else:
             from keras_capsules import datasets
 
-            _, (x_test, y_test) = getattr(datasets, data or "mnist").load_data(args.data_dir)
+            _, (x_test, y_test) = getattr(datasets, data.replace("-", "_")).load_data(args.data_dir)
     except ValueError as error:
         raise SystemExit(f"keras-capsules evaluate: {error}") from None
     x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
@@ -78,6 +96,43 @@ def run(args):
         results = model.evaluate(x_test, y_test, batch_size=args.batch_size, return_dict=True)
     print(json.dumps({k: float(v) for k, v in results.items()}, indent=2))
     print(f"Test accuracy: {results['accuracy']:.4f} ({len(x_test)} images)")
+    return 0
+
+
+def _implied_data(model):
+    """The data set a `.keras` model's input implies: stereo pairs, two digits, or digits."""
+    if model.input_shape[-1] == 2:
+        return "smallnorb"
+    if hasattr(model, "predict_digits"):
+        return "multimnist"
+    return "mnist"
+
+
+def _evaluate_multimnist(model, args):
+    """Evaluate a MultiMNIST network on the fixed test set; print its error beside the papers'."""
+    from keras_capsules.cli._train_data import multimnist_test
+    from keras_capsules.datasets import mnist
+    from keras_capsules.datasets import multimnist
+
+    if not hasattr(model, "predict_digits"):
+        raise SystemExit(
+            f"keras-capsules evaluate: --data multimnist needs a MultiMNIST network (two digits "
+            f"per image, e.g. applications.EfficientCapsNetMultiMNIST); {model.name} is a "
+            f"{type(model).__name__}"
+        )
+    try:
+        _, (x_test, y_test) = mnist.load_data(args.data_dir)
+    except ValueError as error:
+        raise SystemExit(f"keras-capsules evaluate: {error}") from None
+    test = multimnist_test(x_test, y_test, args.test_size)
+    results = model.evaluate(test, batch_size=args.batch_size, return_dict=True)
+    print(json.dumps({k: float(v) for k, v in results.items()}, indent=2))
+    accuracy = float(results["multimnist_accuracy"])
+    papers = ", ".join(f"{name} {error}%" for name, error in multimnist.PAPER_ERRORS.items())
+    print(
+        f"MultiMNIST accuracy: {accuracy:.4f} ({len(test['images'])} pairs: both digits are the "
+        f"two longest capsules); error {100 * (1 - accuracy):.2f}% (published: {papers})"
+    )
     return 0
 
 

@@ -70,11 +70,25 @@ from keras_capsules.cli._train_options import unknown_arguments as unknown_argum
 from keras_capsules.cli._train_options import unneeded
 
 
+def model_class(args):
+    """The class `train` builds: the architecture's, or its MultiMNIST network's."""
+    data = getattr(args, "data", None)
+    cls = args.catalog.model_class(args.model, data)
+    if cls is None:
+        catalog = args.catalog
+        able = [name for name in catalog.architectures() if catalog.model_class(name, data)]
+        raise SystemExit(
+            f"keras-capsules train {args.model}: --data {data} needs an architecture with a "
+            f"network for it: {', '.join(able)}"
+        )
+    return cls
+
+
 def recipe(args):
-    """The `Recipe` of the architecture `args.model` (the catalog's), with `--learning-rate`."""
+    """The `Recipe` of the class `train` builds (`model_class`), with `--learning-rate`."""
     import dataclasses
 
-    own = args.catalog.model_class(args.model).RECIPE
+    own = model_class(args).RECIPE
     if getattr(args, "learning_rate", None) is None:
         return own
     return dataclasses.replace(own, learning_rate=args.learning_rate)
@@ -153,7 +167,7 @@ def _build_model(args, steps_per_epoch, spec, sizes):
     from keras_capsules.cli._memory import check_fits
     from keras_capsules.layers import ImageConverter
 
-    cls = args.catalog.model_class(args.model)
+    cls = model_class(args)
     arguments = {
         "input_shape": spec["input_shape"],
         "class_names": spec["class_names"],
@@ -199,7 +213,13 @@ def _model_arguments(args):
         raise SystemExit(f"keras-capsules train: {error}") from None
 
 
-def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initial_epoch=0):
+def _fit_and_evaluate(
+    args, model, dataset, test, train_count, batch_size, initial_epoch=0, spec=None
+):
+    spec = spec or {}
+    steps_per_epoch = spec.get("steps_per_epoch")
+    # Data streamed across epochs is tested after each: history.csv holds its learning curve.
+    validation = test if spec.get("learning_curve") else None
     backup_dir = os.path.join(args.output, "backup")
     if _training.usable_backup(backup_dir):
         print(f"Resuming the interrupted run from {backup_dir}", flush=True)
@@ -208,7 +228,6 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
     counter = _training.finite_loss_counter()
     callbacks.append(counter)
     several = multi_process(args)
-    steps_per_epoch = None
     if several:  # Keras's distribution of the data set loses its length
         dataset, steps_per_epoch = dataset.repeat(), -(-train_count // batch_size)
     start = time.time()
@@ -218,6 +237,7 @@ def _fit_and_evaluate(args, model, dataset, test, train_count, batch_size, initi
             steps_per_epoch=steps_per_epoch,
             epochs=args.epochs,
             initial_epoch=initial_epoch,
+            validation_data=validation,
             callbacks=callbacks,
             verbose=args.verbose,
             shuffle=False,
@@ -322,7 +342,10 @@ def _run(args, summary, sizes):
         with scope as engine:
             if args.seed is not None:
                 keras.utils.set_random_seed(args.seed)
-            dataset, test, train_count, test_count, spec = datasets(args, batch_size, summary)
+            start = finished or _training.backup_epoch(os.path.join(args.output, "backup"))
+            dataset, test, train_count, test_count, spec = datasets(
+                args, batch_size, summary, initial_epoch=start
+            )
             _training.check_same_data(args, spec["fingerprint"])  # before a resume reads it
             keras.mixed_precision.set_dtype_policy(args.precision)
             replicas = 1
@@ -341,18 +364,28 @@ def _run(args, summary, sizes):
                 compile_again(model, steps_per_execution=steps_per_execution)
             _write_run(args, spec["fingerprint"])  # the model built, the data checked
             results, *seconds, counter = _fit_and_evaluate(
-                args, model, dataset, test, train_count, batch_size, initial_epoch=finished
+                args,
+                model,
+                dataset,
+                test,
+                train_count,
+                batch_size,
+                initial_epoch=finished,
+                spec=spec,
             )
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)
-    _report(args, results, train_count, test_count, batch_size, replicas, counter, seconds)
+    accuracy = results[spec.get("metric", "accuracy")]
+    counts = (train_count, test_count, batch_size)
+    _report(args, accuracy, results, counts, replicas, counter, seconds)
     return 0
 
 
-def _report(args, results, train_count, test_count, batch_size, replicas, counter, seconds):
+def _report(args, accuracy, results, counts, replicas, counter, seconds):
     """Write `metrics.json`, drop the backup it makes redundant, and say where things are."""
     import keras
 
+    train_count, test_count, batch_size = counts
     train_seconds, test_seconds = seconds
     metrics = {
         "model": args.model,
@@ -365,7 +398,7 @@ def _report(args, results, train_count, test_count, batch_size, replicas, counte
         "replicas": replicas,
         "train_seconds_this_session": round(train_seconds, 1),
         "test_seconds": round(test_seconds, 1),
-        "test_accuracy": float(results["accuracy"]),
+        "test_accuracy": float(accuracy),
         "test_loss": float(results["loss"]),
         "train_steps_this_session": counter.steps,
         "nonfinite_loss_steps": counter.nonfinite,

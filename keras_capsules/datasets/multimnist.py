@@ -43,6 +43,16 @@ from keras_capsules.datasets._shift import shifted_windows
 MAX_SHIFT = 4
 """Largest shift of a digit in pixels, in each direction (the paper's 4)."""
 
+INPUT_SHAPE = (36, 36, 1)
+"""The shape of an example: a 28x28 digit padded by `MAX_SHIFT` on every side, one channel."""
+
+PAPER_ERRORS = {
+    "CapsNet (Sabour et al. 2017)": 5.2,
+    "its baseline CNN": 8.1,
+}
+"""The MultiMNIST test errors Sabour et al. publish, in percent (a pair is wrong unless its
+two labels are the two highest scores)."""
+
 RULES = ("sum", "max")
 """Overlay rules: clipped sum (the authors' code) and pixel-wise maximum."""
 
@@ -324,6 +334,7 @@ def training_pipeline(
     num_classes=10,
     as_dict=False,
     drop_remainder=False,
+    start=0,
 ):
     """A streaming `tf.data.Dataset` of MultiMNIST batches, rendered on the fly.
 
@@ -346,6 +357,8 @@ def training_pipeline(
             `True` yields dicts with `"images"`, `"labels"`, `"multi_hot"`
             and `"digits"`.
         drop_remainder: drop the last, smaller batch.
+        start: the first example of the stream to yield (0): a run resumed
+            after `k` examples reads on from example `k`, not from the start.
 
     Returns:
         A `tf.data.Dataset` of batches with known cardinality: `"images"`
@@ -371,6 +384,13 @@ def training_pipeline(
     pairs_per_digit = _check_int("pairs_per_digit", pairs_per_digit, 1)
     seed = _check_int("seed", seed, 0)
     rule = _check_rule(rule)
+    total = len(y) * pairs_per_digit
+    start = _check_int("start", start, 0)
+    if start >= total:
+        raise ValueError(
+            f"`start` must be below the stream's {total} examples "
+            f"(len(y) * pairs_per_digit). Received: start={start}"
+        )
     tables = _tables(y)
     images_table = tf.constant(x)
     labels_table = tables[0]
@@ -396,10 +416,11 @@ def training_pipeline(
             "digits": tf.cast(digits, tf.float32)[..., None],
         }
 
-    dataset = tf.data.Dataset.range(pairs_per_digit)
+    first_pass = start // len(y)  # the passes before it are not drawn at all
+    dataset = tf.data.Dataset.range(first_pass, pairs_per_digit)
     dataset = dataset.map(lambda p: _pass_draws(p, seed, *tables))
-    dataset = dataset.unbatch()
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(y) * pairs_per_digit))
+    dataset = dataset.unbatch().skip(start - first_pass * len(y))
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(total - start))
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     dataset = dataset.map(render, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -118,6 +118,22 @@ def test_pipeline_streams_the_test_set_examples(split):
     np.testing.assert_array_equal(stream["multi_hot"], test["multi_hot"])
 
 
+@pytest.mark.parametrize("start", [1, 37, 300])
+def test_pipeline_from_start_yields_the_rest_of_the_stream(split, start):
+    x, y = split
+    test = multimnist.test_set(x, y, pairs_per_digit=3, seed=3)
+    dataset = multimnist.training_pipeline(
+        x, y, batch_size=50, pairs_per_digit=3, seed=3, as_dict=True, start=start
+    )
+    assert int(dataset.cardinality()) == -(-(3 * len(x) - start) // 50)
+    labels = np.concatenate([batch["labels"].numpy() for batch in dataset])
+    images = np.concatenate([batch["images"].numpy()[..., 0] for batch in dataset])
+    np.testing.assert_array_equal(labels, test["labels"][start:])
+    np.testing.assert_array_equal(images, test["images"][start:])
+    with pytest.raises(ValueError, match="`start`"):
+        multimnist.training_pipeline(x, y, pairs_per_digit=3, start=3 * len(x))
+
+
 def test_pipeline_is_deterministic_per_seed_and_fit_ready(split):
     x, y = split
 
