@@ -576,15 +576,9 @@ def write_preset(args, recipe, model, progress):
         in_float32 = _with_class_names(_build(recipe, steps_per_epoch=1), recipe)
         in_float32.set_weights(model.get_weights())
         model = in_float32
-    float32 = _test_accuracy(model, x_test, y_test)
-    weights = [w.numpy() if hasattr(w, "numpy") else np.asarray(w) for w in model.weights]
-    for variable, value in zip(model.weights, weights):
-        if value.dtype == np.float32:
-            variable.assign(value.astype(np.float16).astype(np.float32))
-    float16 = _test_accuracy(model, x_test, y_test)
-    for variable, value in zip(model.weights, weights):
-        variable.assign(value)
-    stored = "float16" if abs(float16 - float32) * 100 <= args.float16_tolerance else "float32"
+    stored, float32, float16 = weights_dtype(
+        model, lambda m: _test_accuracy(m, x_test, y_test), args.float16_tolerance
+    )
     command = "python experiments/presets.py " + recipe["name"]
     if args.seed is not None:
         command += f" --seed {recipe['seed']}"
@@ -621,13 +615,39 @@ def write_preset(args, recipe, model, progress):
         "weights_dtype": stored,
         **trained_precision,
     }
-    if args.output:
-        model.save_to_preset(args.output, metadata=metadata, weights_dtype=stored)
-        return args.output, metadata
-    # A shipped preset: its weights go to the keras-capsules-presets distribution, its
-    # config and metadata (with the weights' SHA-256) to applications/presets.
-    output = os.path.join(_REPOSITORY, "applications", "presets", recipe["name"])
-    weights = os.path.join(_REPOSITORY, *_PRESETS_PACKAGE, recipe["name"])
+    return ship(model, recipe["name"], metadata, stored, args.output), metadata
+
+
+def weights_dtype(model, accuracy, tolerance):
+    """`(stored, float32, float16)`: how to store the weights, and the accuracies that chose.
+
+    `accuracy(model)` is the test accuracy; the weights are tried rounded to
+    float16 and stored so when the accuracy moves by at most `tolerance`
+    points. The model's weights are as they were when this returns.
+    """
+    float32 = accuracy(model)
+    weights = [w.numpy() if hasattr(w, "numpy") else np.asarray(w) for w in model.weights]
+    for variable, value in zip(model.weights, weights):
+        if value.dtype == np.float32:
+            variable.assign(value.astype(np.float16).astype(np.float32))
+    float16 = accuracy(model)
+    for variable, value in zip(model.weights, weights):
+        variable.assign(value)
+    stored = "float16" if abs(float16 - float32) * 100 <= tolerance else "float32"
+    return stored, float32, float16
+
+
+def ship(model, name, metadata, stored, output=None):
+    """Write the preset `name` to `output`, or where the package ships it; return the folder.
+
+    A shipped preset's weights go to the keras-capsules-presets distribution,
+    its config and metadata (with the weights' SHA-256) to applications/presets.
+    """
+    if output:
+        model.save_to_preset(output, metadata=metadata, weights_dtype=stored)
+        return output
+    output = os.path.join(_REPOSITORY, "applications", "presets", name)
+    weights = os.path.join(_REPOSITORY, *_PRESETS_PACKAGE, name)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(output)) as written:
         model.save_to_preset(written, metadata=metadata, weights_dtype=stored)
         os.makedirs(weights, exist_ok=True)
@@ -635,9 +655,9 @@ def write_preset(args, recipe, model, progress):
         os.replace(
             os.path.join(written, "model.weights.h5"), os.path.join(weights, "model.weights.h5")
         )
-        for name in ("config.json", "metadata.json"):
-            os.replace(os.path.join(written, name), os.path.join(output, name))
-    return output, metadata
+        for file in ("config.json", "metadata.json"):
+            os.replace(os.path.join(written, file), os.path.join(output, file))
+    return output
 
 
 def main(argv=None):

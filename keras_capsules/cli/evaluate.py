@@ -68,35 +68,60 @@ def run(args):
         if args.data is not None:
             raise SystemExit("keras-capsules evaluate: give --images or --data, not both")
         return _evaluate_images(model, args)
-    data = (args.data or data or _implied_data(model)).replace("_", "-")
-    if data == "multimnist":
-        return _evaluate_multimnist(model, args)
-    norb = data == "smallnorb"
+    data = args.data or data or _implied_data(model)
     try:
-        if norb:
-            from keras_capsules.datasets import smallnorb
-
-            _, (x_test, y_test, _) = smallnorb.load_data(args.data_dir)
-        else:
-            from keras_capsules import datasets
-
-            _, (x_test, y_test) = getattr(datasets, data.replace("-", "_")).load_data(args.data_dir)
+        results, accuracy, count = measure(
+            model, data, args.data_dir, batch_size=args.batch_size, test_size=args.test_size
+        )
     except ValueError as error:
         raise SystemExit(f"keras-capsules evaluate: {error}") from None
-    x_test, y_test = x_test[: args.test_size], y_test[: args.test_size]
-    if len(x_test) == 0:
-        raise SystemExit(
-            f"keras-capsules evaluate: {args.data_dir or 'the data'} holds no test images"
-        )
-    if norb:
-        test = smallnorb.test_pipeline(x_test, y_test, args.batch_size)
-        results = model.evaluate(test, return_dict=True)
-    else:
-        x_test = x_test[..., None]
-        results = model.evaluate(x_test, y_test, batch_size=args.batch_size, return_dict=True)
     print(json.dumps({k: float(v) for k, v in results.items()}, indent=2))
-    print(f"Test accuracy: {results['accuracy']:.4f} ({len(x_test)} images)")
+    if data != "multimnist":
+        print(f"Test accuracy: {accuracy:.4f} ({count} images)")
+        return 0
+    from keras_capsules.datasets import multimnist
+
+    papers = ", ".join(f"{name} {error}%" for name, error in multimnist.PAPER_ERRORS.items())
+    print(
+        f"MultiMNIST accuracy: {accuracy:.4f} ({count} pairs: both digits are the two longest "
+        f"capsules); error {100 * (1 - accuracy):.2f}% (published: {papers})"
+    )
     return 0
+
+
+def measure(model, data, data_dir=None, batch_size=32, test_size=None, verbose="auto"):
+    """`(results, accuracy, count)`: `model` evaluated on the test set of `data`.
+
+    The test set `keras-capsules train --data` tests on: the test split of
+    `mnist`, `fashion-mnist` or `smallnorb` (read from `data_dir`), or the
+    fixed MultiMNIST test set (`_train_data.multimnist_test`), its first
+    `test_size` examples if given. `results` are Keras's metrics, `accuracy`
+    the data set's measure (`multimnist_accuracy` on MultiMNIST) and `count`
+    the examples evaluated. A data set that cannot be read, or a model that
+    does not fit it, raises a `ValueError` saying so.
+    """
+    data = data.replace("_", "-")
+    if data == "multimnist":
+        return _measure_multimnist(model, data_dir, batch_size, test_size, verbose)
+    if data == "smallnorb":
+        from keras_capsules.datasets import smallnorb
+
+        _, (x_test, y_test, _) = smallnorb.load_data(data_dir)
+    else:
+        from keras_capsules import datasets
+
+        _, (x_test, y_test) = getattr(datasets, data.replace("-", "_")).load_data(data_dir)
+    x_test, y_test = x_test[:test_size], y_test[:test_size]
+    if len(x_test) == 0:
+        raise ValueError(f"{data_dir or 'the data'} holds no test images")
+    if data == "smallnorb":
+        test = smallnorb.test_pipeline(x_test, y_test, batch_size)
+        results = model.evaluate(test, return_dict=True, verbose=verbose)
+    else:
+        results = model.evaluate(
+            x_test[..., None], y_test, batch_size=batch_size, return_dict=True, verbose=verbose
+        )
+    return results, float(results["accuracy"]), len(x_test)
 
 
 def _implied_data(model):
@@ -108,32 +133,19 @@ def _implied_data(model):
     return "mnist"
 
 
-def _evaluate_multimnist(model, args):
-    """Evaluate a MultiMNIST network on the fixed test set; print its error beside the papers'."""
+def _measure_multimnist(model, data_dir, batch_size, test_size, verbose):
     from keras_capsules.cli._train_data import multimnist_test
     from keras_capsules.datasets import mnist
-    from keras_capsules.datasets import multimnist
 
     if not hasattr(model, "predict_digits"):
-        raise SystemExit(
-            f"keras-capsules evaluate: --data multimnist needs a MultiMNIST network (two digits "
-            f"per image, e.g. applications.EfficientCapsNetMultiMNIST); {model.name} is a "
-            f"{type(model).__name__}"
+        raise ValueError(
+            "--data multimnist needs a MultiMNIST network (two digits per image, e.g. "
+            f"applications.EfficientCapsNetMultiMNIST); {model.name} is a {type(model).__name__}"
         )
-    try:
-        _, (x_test, y_test) = mnist.load_data(args.data_dir)
-    except ValueError as error:
-        raise SystemExit(f"keras-capsules evaluate: {error}") from None
-    test = multimnist_test(x_test, y_test, args.test_size)
-    results = model.evaluate(test, batch_size=args.batch_size, return_dict=True)
-    print(json.dumps({k: float(v) for k, v in results.items()}, indent=2))
-    accuracy = float(results["multimnist_accuracy"])
-    papers = ", ".join(f"{name} {error}%" for name, error in multimnist.PAPER_ERRORS.items())
-    print(
-        f"MultiMNIST accuracy: {accuracy:.4f} ({len(test['images'])} pairs: both digits are the "
-        f"two longest capsules); error {100 * (1 - accuracy):.2f}% (published: {papers})"
-    )
-    return 0
+    _, (x_test, y_test) = mnist.load_data(data_dir)
+    test = multimnist_test(x_test, y_test, test_size)
+    results = model.evaluate(test, batch_size=batch_size, return_dict=True, verbose=verbose)
+    return results, float(results["multimnist_accuracy"]), len(test["images"])
 
 
 def _evaluate_images(model, args):

@@ -48,7 +48,8 @@ def add_parser(commands, catalog):
         "--sample",
         type=positive_int,
         default=500,
-        help="--kind routing_statistics: test images it averages over (500)",
+        help="--kind routing_statistics: test images it averages over; --kind multimnist: "
+        "test pairs it picks --count successes and --count failures from (500)",
     )
     figures.add_argument("--dpi", type=positive_int, default=100)
     add_test_image_arguments(figures)
@@ -94,8 +95,13 @@ def run(args):
         "dimensions": lambda path: visualization.perturbation_grid(
             model, one, dims=dims, steps=steps, path=path, dpi=args.dpi
         ),
-        "multimnist": lambda path: visualization.multimnist_reconstructions(
-            model, x[args.index : stop], labels=pairs[args.index : stop], path=path, dpi=args.dpi
+        "multimnist": lambda path: visualization.multimnist_successes_and_failures(
+            model,
+            x[args.index : args.index + args.sample],
+            pairs[args.index : args.index + args.sample],
+            count=args.count,
+            path=path,
+            dpi=args.dpi,
         ),
         "routing": lambda path: visualization.routing_heatmap(
             model, one, reduce=args.reduce, path=path, dpi=args.dpi

@@ -7,7 +7,8 @@ Uses matplotlib, a dependency of the package.
 - `reconstruction_grid`: inputs above their reconstructions.
 - `perturbation_grid`: one capsule dimension tweaked per row (figure 4).
 - `multimnist_reconstructions`: both MultiMNIST digits, each decoded from its
-  own capsule, in red and green (figure 5).
+  own capsule, in red and green; `multimnist_successes_and_failures` picks
+  pairs the model gets right and pairs it gets wrong (figure 5).
 - `routing_heatmap`: coupling coefficients over the primary capsule grid.
 - `routing_statistics_plot`: coupling entropy, parent activity and same-class
   agreement of every routing layer over many images.
@@ -19,6 +20,7 @@ from keras_capsules.visualization._drawing import prepare_drawing
 from keras_capsules.visualization.explorer import build_explorer
 from keras_capsules.visualization.explorer import launch_explorer
 from keras_capsules.visualization.multimnist import multimnist_reconstructions
+from keras_capsules.visualization.multimnist import multimnist_successes_and_failures
 from keras_capsules.visualization.perturbation import PAPER_STEPS
 from keras_capsules.visualization.perturbation import perturbation_grid
 from keras_capsules.visualization.perturbation import perturbations
@@ -34,6 +36,7 @@ __all__ = [
     "PAPER_STEPS",
     "couplings",
     "multimnist_reconstructions",
+    "multimnist_successes_and_failures",
     "perturbation_grid",
     "perturbations",
     "reconstruction_grid",

@@ -22,7 +22,9 @@ def _check_pairs(model, labels, n):
     return labels.astype("int32")
 
 
-def multimnist_reconstructions(model, x, labels=None, path=None, cell_inches=1.0, dpi=100):
+def multimnist_reconstructions(
+    model, x, labels=None, path=None, cell_inches=1.0, dpi=100, truth=None
+):
     """Draw MultiMNIST inputs above the two digits reconstructed from their own capsules.
 
     For each example the decoder runs twice, once from the capsule of each
@@ -43,6 +45,10 @@ def multimnist_reconstructions(model, x, labels=None, path=None, cell_inches=1.0
         cell_inches: size of one image in inches.
         dpi: resolution; the PNG is `n * cell_inches * dpi` pixels wide and
             `2 * cell_inches * dpi` high.
+        truth: optional `(n, 2)` true classes of each example: the input is
+            titled with them (`L:`) and the reconstructions with the classes
+            decoded (`R:`), in red where the two longest capsules are not the
+            two true classes (a failure), as in figure 5 of the paper.
 
     Returns:
         The `matplotlib.figure.Figure`.
@@ -67,6 +73,7 @@ def multimnist_reconstructions(model, x, labels=None, path=None, cell_inches=1.0
     outputs = model.predict(x, verbose=0)
     predicted = np.argsort(-np.asarray(outputs["probabilities"]), axis=-1)[:, :2]
     labels = predicted if labels is None else _check_pairs(model, labels, len(x))
+    truth = None if truth is None else _check_pairs(model, truth, len(x))
     first = _common.to_display(model.decode(outputs["poses"], labels=labels[:, 0]))
     second = _common.to_display(model.decode(outputs["poses"], labels=labels[:, 1]))
     if first.ndim == 4:  # colour models: one intensity per pixel
@@ -80,9 +87,59 @@ def multimnist_reconstructions(model, x, labels=None, path=None, cell_inches=1.0
 
     figure, axes = _common.new_figure(2, len(x), cell_inches, dpi)
     for i in range(len(x)):
-        pred = f"pred {predicted[i, 0]},{predicted[i, 1]}"
-        _common.show(axes[0, i], inputs[i], pred)
-        _common.show(axes[1, i], composite[i], f"red {labels[i, 0]} green {labels[i, 1]}")
+        if truth is None:
+            _common.show(axes[0, i], inputs[i], f"pred {predicted[i, 0]},{predicted[i, 1]}")
+            _common.show(axes[1, i], composite[i], f"red {labels[i, 0]} green {labels[i, 1]}")
+            continue
+        _common.show(axes[0, i], inputs[i], f"L:{truth[i, 0]},{truth[i, 1]}")
+        _common.show(axes[1, i], composite[i], f"R:{labels[i, 0]},{labels[i, 1]}")
+        if set(predicted[i]) != set(truth[i]):
+            axes[1, i].title.set_color("red")
     axes[0, 0].set_ylabel("input", fontsize=7)
     axes[1, 0].set_ylabel("reconstructions", fontsize=7)
     return _common.save(figure, path)
+
+
+def multimnist_successes_and_failures(
+    model, x, labels, count=8, path=None, cell_inches=1.0, dpi=100
+):
+    """Figure 5 of Sabour et al.: MultiMNIST pairs the model gets right, then ones it gets wrong.
+
+    The model classifies `x`; the first `count` examples whose two longest
+    capsules are their two labels and the first `count` whose are not are
+    drawn side by side, successes first, each with its two digits decoded
+    from the two longest capsules (red and green over the input), titled with
+    the true classes (`L:`) and the decoded ones (`R:`, red for a failure).
+
+    Args:
+        model: a capsule network with a decoder trained on MultiMNIST.
+        x: MultiMNIST images `(n, 36, 36[, 1])` in [0, 255] to choose from.
+        labels: their two classes, `(n, 2)`.
+        count: successes drawn, and failures drawn (fewer where `x` has fewer).
+        path: optional file name; the figure is written there as a PNG.
+        cell_inches: size of one image in inches.
+        dpi: resolution.
+
+    Returns:
+        The `matplotlib.figure.Figure`.
+
+    Example:
+
+    >>> from keras_capsules.visualization import multimnist_successes_and_failures
+    >>> test = multimnist.test_set(x_test, y_test)  # doctest: +SKIP
+    >>> figure = multimnist_successes_and_failures(
+    ...     model, test["images"][:1000], test["labels"][:1000], path="figure5.png"
+    ... )  # doctest: +SKIP
+    """
+    _common.check_model(model)
+    x = _common.check_images(model, x)
+    labels = _check_pairs(model, labels, len(x))
+    if not isinstance(count, int) or count < 1:
+        raise ValueError(f"`count` must be a positive integer. Received: count={count!r}")
+    scores = np.asarray(model.predict(x, verbose=0)["probabilities"])
+    top = np.sort(np.argsort(-scores, axis=-1)[:, :2], axis=-1)
+    right = np.all(top == np.sort(labels, axis=-1), axis=-1)
+    chosen = np.concatenate([np.flatnonzero(right)[:count], np.flatnonzero(~right)[:count]])
+    return multimnist_reconstructions(
+        model, x[chosen], path=path, cell_inches=cell_inches, dpi=dpi, truth=labels[chosen]
+    )

@@ -7,6 +7,7 @@ from keras_capsules.datasets import multimnist
 from keras_capsules.visualization import PAPER_STEPS
 from keras_capsules.visualization import couplings
 from keras_capsules.visualization import multimnist_reconstructions
+from keras_capsules.visualization import multimnist_successes_and_failures
 from keras_capsules.visualization import perturbation_grid
 from keras_capsules.visualization import perturbations
 from keras_capsules.visualization import reconstruction_grid
@@ -126,6 +127,32 @@ def test_multimnist_reconstructions_colour_each_digit(mnist_data, tmp_path):
     default = np.stack(images_of(multimnist_reconstructions(model, x))[3:])
     decoded = model.decode(poses, labels=predicted[:, 0])[..., 0]
     np.testing.assert_allclose(default[..., 0], np.maximum(decoded, background), atol=1e-5)
+
+
+def test_figure_5_draws_successes_then_failures_titled_as_the_paper(mnist_data):
+    _, (x_test, y_test) = mnist_data
+    test = multimnist.test_set(x_test[:200], y_test[:200], seed=2)
+    model = tiny(input_shape=(36, 36, 1))
+    x, labels = test["images"], test["labels"]
+    scores = model.predict(x, verbose=0)["probabilities"]
+    top = np.argsort(-scores, -1)[:, :2]
+    right = np.array([set(t) == set(lab) for t, lab in zip(top.tolist(), labels.tolist())])
+    # Make the first examples successes: their labels are the model's two longest capsules.
+    labels = labels.copy()
+    labels[:3] = top[:3]
+    right[:3] = True
+    chosen = np.concatenate([np.flatnonzero(right)[:2], np.flatnonzero(~right)[:2]])
+    figure = multimnist_successes_and_failures(model, x, labels, count=2)
+    axes = figure.axes
+    assert len(axes) == 8  # two rows of 2 successes and 2 failures
+    inputs = [axes[i].get_title() for i in range(4)]
+    assert inputs == [f"L:{labels[i, 0]},{labels[i, 1]}" for i in chosen]
+    decoded = [axes[4 + i] for i in range(4)]
+    assert [ax.get_title() for ax in decoded] == [f"R:{top[i, 0]},{top[i, 1]}" for i in chosen]
+    colours = [ax.title.get_color() for ax in decoded]
+    assert colours[2:] == ["red", "red"] and "red" not in colours[:2]
+    with pytest.raises(ValueError, match="`count`"):
+        multimnist_successes_and_failures(model, x, labels, count=0)
 
 
 def test_couplings_match_procedure_1_on_the_primary_grid(model, digits):

@@ -66,8 +66,8 @@ def test_multimnist_kind_for_a_36_pixel_model(tmp_path, capsys):
         cli.main(args)
     assert cli.main(args + ["--data", "multimnist", "--dpi", "40", "--index", "5"]) == 0
     check_written([out / "multimnist.png"], capsys.readouterr().out)
-    # 2 images of 1 inch, 2 rows at 40 dpi.
-    assert matplotlib_image.imread(out / "multimnist.png").shape[:2] == (80, 80)
+    # 2 successes and 2 failures among the 500 pairs, 1 inch each, 2 rows at 40 dpi.
+    assert matplotlib_image.imread(out / "multimnist.png").shape[:2] == (80, 160)
 
 
 def test_bad_requests_are_clear_errors(tmp_path):
