@@ -64,6 +64,10 @@ def read_run(folder):
             {k: (int(v) + 1 if k == "epoch" else round(float(v), 5)) for k, v in row.items()}
             for row in csv.DictReader(f)
         ]
+    for row in history:  # as every preset's history names it
+        for key in ("val_accuracy", "val_multimnist_accuracy"):
+            if key in row:
+                row["test_accuracy"] = row[key]
     if not history:
         raise SystemExit(f"{folder} has no finished epoch yet (history.csv is empty)")
     return run["options"], run["data"], history

@@ -125,19 +125,11 @@ def read_datasets(args, batch_size):
     return train_ds, (x_test[..., None], y_test), len(x_train), len(x_test), spec
 
 
-MULTIMNIST_TEST_SEED = 1
-"""The seed of the fixed MultiMNIST test set: one pair per MNIST test digit, 10,000 pairs."""
-
-
-def multimnist_test(x_test, y_test, test_size=None):
-    """The fixed MultiMNIST test set `train` and `evaluate` measure: a dict of NumPy arrays.
-
-    One pair per MNIST test digit drawn with `MULTIMNIST_TEST_SEED` (10,000
-    pairs), the first `test_size` of them if given.
-    """
+def multimnist_test(data_dir=None, test_size=None):
+    """The first `test_size` pairs of `multimnist.evaluation_set`: images, labels, digits."""
     from keras_capsules.datasets import multimnist
 
-    test = multimnist.test_set(x_test, y_test, pairs_per_digit=1, seed=MULTIMNIST_TEST_SEED)
+    test = multimnist.evaluation_set(data_dir)
     return {k: test[k][:test_size] for k in ("images", "labels", "digits")}
 
 
@@ -154,9 +146,10 @@ def multimnist_datasets(args, batch_size, initial_epoch=0):
     from keras_capsules.datasets import mnist
     from keras_capsules.datasets import multimnist
 
-    (x_train, y_train), (x_test, y_test) = mnist.load_data(args.data_dir)
+    (x_train, y_train), _ = mnist.load_data(args.data_dir)
     x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
-    check_not_empty(args, x_train, x_test)
+    if len(x_train) == 0:
+        raise ValueError(f"{args.data_dir or 'the data'} holds no training images")
     steps_per_epoch = len(x_train) // batch_size
     if steps_per_epoch == 0:
         raise ValueError(
@@ -175,7 +168,7 @@ def multimnist_datasets(args, batch_size, initial_epoch=0):
         drop_remainder=True,
         start=seen,
     ).take((args.epochs - initial_epoch) * steps_per_epoch)
-    test = multimnist_test(x_test, y_test, args.test_size)
+    test = multimnist_test(args.data_dir, args.test_size)
     test_ds = tf.data.Dataset.from_tensor_slices(test).batch(batch_size)
     spec = {
         "input_shape": multimnist.INPUT_SHAPE,

@@ -135,15 +135,13 @@ def _implied_data(model):
 
 def _measure_multimnist(model, data_dir, batch_size, test_size, verbose):
     from keras_capsules.cli._train_data import multimnist_test
-    from keras_capsules.datasets import mnist
 
     if not hasattr(model, "predict_digits"):
         raise ValueError(
             "--data multimnist needs a MultiMNIST network (two digits per image, e.g. "
             f"applications.EfficientCapsNetMultiMNIST); {model.name} is a {type(model).__name__}"
         )
-    _, (x_test, y_test) = mnist.load_data(data_dir)
-    test = multimnist_test(x_test, y_test, test_size)
+    test = multimnist_test(data_dir, test_size)
     results = model.evaluate(test, batch_size=batch_size, return_dict=True, verbose=verbose)
     return results, float(results["multimnist_accuracy"]), len(test["images"])
 

@@ -317,6 +317,32 @@ def test_set(x_test, y_test, pairs_per_digit=1, seed=1, rule="sum", num_classes=
     }
 
 
+TEST_SEED = 1
+"""The seed of the fixed test set `evaluation_set` draws."""
+
+
+def evaluation_set(data_dir=None):
+    """The fixed MultiMNIST test set keras-capsules measures a model on, as NumPy arrays.
+
+    One pair per MNIST test digit drawn with `TEST_SEED`: 10,000 pairs, the
+    test set of `keras-capsules train --data multimnist` and `keras-capsules
+    evaluate --data multimnist`, and of the shipped MultiMNIST preset's
+    recorded accuracy.
+
+    Args:
+        data_dir: folder of the MNIST IDX files (`mnist.load_data`'s);
+            `None` for the package's copy.
+
+    Returns:
+        The dict `test_set(x_test, y_test, pairs_per_digit=1, seed=TEST_SEED)`
+        returns.
+    """
+    from keras_capsules.datasets import mnist
+
+    _, (x_test, y_test) = mnist.load_data(data_dir)
+    return test_set(x_test, y_test, pairs_per_digit=1, seed=TEST_SEED)
+
+
 def _shift_batch(images, shifts, max_shift=MAX_SHIFT):
     """`shift()` on tensors: `(b, height, width)` images and `(b, 2)` int32 shifts."""
     size = (images.shape[1] + 2 * max_shift, images.shape[2] + 2 * max_shift)
