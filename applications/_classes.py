@@ -42,7 +42,3 @@ def resolve_classes(num_classes, class_names, default=10):
             f"{num_classes}. Received: class_names={class_names!r}"
         )
     return num_classes, class_names
-
-
-DIGITS = tuple(str(digit) for digit in range(10))
-"""The class names of MNIST: the digits, in label order."""

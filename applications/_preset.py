@@ -13,6 +13,7 @@ where it is not installed, in Keras's cache, downloaded once from
 import datetime
 import json
 import os
+import warnings
 
 import keras
 
@@ -111,7 +112,12 @@ def _hub_download(preset):
 
 
 def preset_folder(preset):
-    """The local folder of `preset`: a shipped name, a folder, or an `hf://`/`kaggle://` handle."""
+    """The local folder of `preset`: a shipped name, a folder, or an `hf://`/`kaggle://` handle.
+
+    A preset folder in the working directory named like a shipped preset
+    (`save_to_preset("capsnet_mnist")`) is the one loaded, with a warning
+    naming both: the user's own files are never passed over in silence.
+    """
     if not isinstance(preset, (str, os.PathLike)):
         raise ValueError(
             f"`preset` must be a preset name, a folder or an hf:// or kaggle:// handle. "
@@ -121,6 +127,14 @@ def preset_folder(preset):
     if preset.startswith(("hf://", "kaggle://")):
         return _hub_download(preset)
     if preset in _shipped():
+        if os.path.isfile(os.path.join(preset, METADATA_FILE)):  # the user's own, saved here
+            warnings.warn(
+                f"Loading the preset folder {os.path.abspath(preset)}, which is named like the "
+                f"shipped preset {preset!r}: rename the folder, or load from another working "
+                "directory, for the shipped one.",
+                stacklevel=3,
+            )
+            return preset
         return os.path.join(PRESETS_DIR, preset)
     if os.path.isdir(preset):
         return preset

@@ -248,7 +248,7 @@ def _class_names(recipe):
     from keras_capsules import datasets
 
     data = getattr(datasets, recipe["data"])
-    return list(getattr(data, "CLASS_NAMES", [str(digit) for digit in range(10)]))
+    return list(data.CLASS_NAMES)
 
 
 def _with_class_names(model, recipe):

@@ -1,6 +1,6 @@
-from applications._classes import DIGITS
 from applications._configuration import configured
 from applications.capsnet.capsnet import CapsNet
+from keras_capsules.datasets.mnist import CLASS_NAMES as DIGITS
 
 
 def CapsNetMNIST(name="capsnet_mnist", **kwargs):

@@ -61,7 +61,7 @@ def test_images(model, args, command, data=None):
 
 def _check_data_classes(model, module, data, command):
     """End the command unless `model` classifies the classes of the data set `data`."""
-    names = tuple(getattr(module, "CLASS_NAMES", [str(digit) for digit in range(10)]))
+    names = tuple(module.CLASS_NAMES)
     own = getattr(model, "class_names", None)
     count = getattr(model, "num_classes", None)
     if (own is not None and tuple(own) != names) or (count is not None and count != len(names)):

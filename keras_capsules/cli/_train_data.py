@@ -119,7 +119,7 @@ def read_datasets(args, batch_size):
     train_ds = mnist.training_pipeline(
         x_train, y_train, batch_size=batch_size, max_shift=args.max_shift, seed=args.seed
     )
-    names = getattr(data, "CLASS_NAMES", tuple(str(digit) for digit in range(10)))
+    names = data.CLASS_NAMES
     spec = {"input_shape": (28, 28, 1), "class_names": tuple(names), "scale": 1.0 / 255.0}
     spec["fingerprint"] = _training.builtin_fingerprint(args.data, data, len(x_train), len(x_test))
     return train_ds, (x_test[..., None], y_test), len(x_train), len(x_test), spec
@@ -172,7 +172,7 @@ def multimnist_datasets(args, batch_size, initial_epoch=0):
     test_ds = tf.data.Dataset.from_tensor_slices(test).batch(batch_size)
     spec = {
         "input_shape": multimnist.INPUT_SHAPE,
-        "class_names": tuple(str(digit) for digit in range(10)),
+        "class_names": mnist.CLASS_NAMES,
         "scale": 1.0 / 255.0,
         "fingerprint": _training.builtin_fingerprint(
             args.data, mnist, len(x_train), len(test["images"])

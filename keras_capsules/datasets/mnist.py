@@ -21,6 +21,9 @@ from keras_capsules.datasets._shift import shifted_windows
 URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 """Where the canonical `.gz` files are downloaded from when `keras-capsules-datasets` is absent."""
 
+CLASS_NAMES = tuple(str(digit) for digit in range(10))
+"""The class names of MNIST, in label order: the digits."""
+
 FILES = {
     "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
     "train-labels-idx1-ubyte": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",

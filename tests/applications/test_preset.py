@@ -335,6 +335,21 @@ def test_shipped_presets_predict_alike_on_jax_and_pytorch(tmp_path):
                 np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
 
 
+def test_a_folder_named_like_a_shipped_preset_is_loaded_and_named(tmp_path, monkeypatch):
+    model, _ = _saved(tmp_path / "elsewhere")
+    name = SHIPPED[0] if SHIPPED else "capsnet_mnist"
+    monkeypatch.setattr(_preset, "_shipped", lambda: [name])
+    monkeypatch.chdir(tmp_path)
+    model.save_to_preset(name)  # the user's own, in the working directory
+    with pytest.warns(UserWarning, match=f"named like the shipped preset '{name}'"):
+        loaded = applications.PresetMixin.from_preset(name)
+    assert loaded.count_params() == model.count_params()
+    for mine, theirs in zip(model.weights, loaded.weights):
+        np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))
+    os.remove(os.path.join(name, "metadata.json"))  # no longer a preset: the shipped name
+    assert _preset.preset_folder(name) == os.path.join(_preset.PRESETS_DIR, name)
+
+
 def test_copy_of_a_shipped_preset_with_one_byte_altered_is_refused(tmp_path):
     if SHIPPED:
         preset = applications.list_presets()[0]
