@@ -258,7 +258,7 @@ def test_list_presets_describes_each_shipped_folder():
         weights = _preset.shipped_weights(preset["name"], metadata)  # keras-capsules-presets's
         assert preset["size"] == os.path.getsize(weights)
         assert hasattr(applications, preset["model"])
-        assert preset["data"] in ("mnist", "fashion_mnist")
+        assert preset["data"] in ("mnist", "fashion_mnist", "multimnist")
         assert 0.9 < preset["test_accuracy"] <= 1.0
         assert preset["parameters"] > 0
 
@@ -269,26 +269,35 @@ def test_shipped_preset_reaches_its_recorded_accuracy_on_the_full_test_set(name)
     with open(os.path.join(_preset.PRESETS_DIR, name, "metadata.json")) as f:
         metadata = json.load(f)
     model = getattr(applications, metadata["class_name"]).from_preset(name)
-    from keras_capsules import datasets
+    from keras_capsules.cli.evaluate import measure
 
-    _, (x_test, y_test) = getattr(datasets, metadata["data"]["name"]).load_data()
-    assert len(x_test) == 10_000
-    scores = model.evaluate(x_test[..., None], y_test, batch_size=500, verbose=0, return_dict=True)
-    assert abs(scores["accuracy"] - metadata["test_accuracy"]) <= 0.0005
+    _, accuracy, count = measure(model, metadata["data"]["name"], batch_size=500, verbose=0)
+    assert count == 10_000
+    assert abs(accuracy - metadata["test_accuracy"]) <= 0.0005
+
+
+def preset_test_images(data, count=100):
+    """The first `count` test images of the data set a preset was trained on, with channels."""
+    from keras_capsules import datasets
+    from keras_capsules.datasets import multimnist
+
+    if data == "multimnist":
+        return multimnist.evaluation_set()["images"][:count, ..., None]
+    _, (x, _) = getattr(datasets, data).load_data()
+    return x[:count, ..., None]
 
 
 _PREDICT = """
 import os, sys
 import numpy as np
 import applications
-from keras_capsules import datasets
+from tests.applications.test_preset import preset_test_images
 names, output = sys.argv[1].split(","), sys.argv[2]
 results = {}
 for preset in applications.list_presets():
     if preset["name"] in names:
         model = getattr(applications, preset["model"]).from_preset(preset["name"])
-        _, (x, _) = getattr(datasets, preset["data"]).load_data()
-        outputs = model.predict(x[:100, ..., None], batch_size=50, verbose=0)
+        outputs = model.predict(preset_test_images(preset["data"]), batch_size=50, verbose=0)
         results[preset["name"]] = outputs["probabilities"]
 np.savez(output, **results)
 """
@@ -313,12 +322,9 @@ def test_shipped_presets_predict_alike_on_jax_and_pytorch(tmp_path):
     for backend, process in processes.items():
         output, _ = process.communicate(timeout=600)
         assert process.returncode == 0, f"{backend}:\n{output[-3000:]}"
-    from keras_capsules import datasets
-
     for preset in applications.list_presets():
         model = getattr(applications, preset["model"]).from_preset(preset["name"])
-        _, (x, _) = getattr(datasets, preset["data"]).load_data()
-        x = x[:100, ..., None].astype("float32")
+        x = preset_test_images(preset["data"]).astype("float32")
         expected = model.predict(x, batch_size=50, verbose=0)["probabilities"]
         # Float32 rounding differs between backends; how far it can move the scores
         # is the model's own: EM routing's three capsule layers turn a change of the

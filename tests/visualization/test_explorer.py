@@ -406,3 +406,20 @@ def test_a_colour_model_with_class_names_is_explored_by_name():
     assert drawn.shape == (20, 24, 3) and np.array_equal(drawn[..., 0], drawn[..., 2])
     pytest.importorskip("gradio")
     build_explorer(model, image[None], np.array([1]))
+
+
+def test_a_multimnist_network_is_explored_on_its_pairs(mnist_data):
+    from keras_capsules.datasets import multimnist
+
+    _, (x_test, y_test) = mnist_data
+    pairs = multimnist.test_set(x_test[:20], y_test[:20], seed=1)["images"]
+    model = applications.EfficientCapsNetMultiMNIST(
+        conv_filters=(4, 4, 4, 32), primary_capsule_types=4, decoder_units=(16,), compile=False
+    )
+    session = _Session(model)
+    lengths, poses, winner = session.encode(pairs[0])
+    assert list(lengths) == [str(digit) for digit in range(10)]
+    decoded = session.decode(poses, winner, np.zeros(16))
+    assert decoded.shape == (36, 36) and decoded.dtype == np.uint8
+    pytest.importorskip("gradio")
+    build_explorer(model, pairs[:5])  # two classes per image: no labels to pick by
