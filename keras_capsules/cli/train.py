@@ -412,7 +412,8 @@ def _report(args, accuracy, results, counts, replicas, counter, seconds):
             "infinite loss (nonfinite_loss_steps in metrics.json)",
             flush=True,
         )
-    print(f"Test accuracy: {metrics['test_accuracy']:.4f} ({test_count} images)")
+    examples = "pairs: both digits right" if args.data == "multimnist" else "images"
+    print(f"Test accuracy: {metrics['test_accuracy']:.4f} ({test_count} {examples})")
     print(
         f"Model: {os.path.join(args.output, 'model.keras')}; metrics: "
         f"{os.path.join(args.output, 'metrics.json')}"

@@ -93,6 +93,18 @@ def test_evaluate_measures_the_same_test_set(trained, capsys):
     assert "CapsNet (Sabour et al. 2017) 5.2%" in out and "8.1%" in out
 
 
+def test_capsnet_trains_the_papers_multimnist_network(tmp_path, capsys):
+    output = str(tmp_path / "run")
+    tiny = ["--conv-filters", "8", "--primary-capsule-types", "2", "--train-size", "32"]
+    args = ["train", "capsnet", "--data", "multimnist", *tiny, "--test-size", "16"]
+    assert cli.main([*args, "--batch-size", "16", "--verbose", "0", "--output", output]) == 0
+    assert "(16 pairs: both digits right)" in capsys.readouterr().out
+    from keras_capsules.cli._model import load_model
+
+    model = load_model(os.path.join(output, "model.keras"))
+    assert type(model).__name__ == "CapsNetMultiMNIST" and model.image_shape == (36, 36, 1)
+
+
 def test_architectures_without_a_multimnist_network_say_so(tmp_path, capsys):
     with pytest.raises(SystemExit) as stopped:
         cli.main(["train", "matrix-capsnet", "--data", "multimnist", "--output", str(tmp_path)])
