@@ -6,6 +6,8 @@ from keras_capsules import _positions
 from keras_capsules import routing
 from keras_capsules._validation import check_capsule_inputs
 from keras_capsules.layers._em_capsule import EMCapsule
+from keras_capsules.layers._shapes import input_shape
+from keras_capsules.layers._shapes import output_spec
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -141,6 +143,15 @@ class ClassMatrixCapsule(EMCapsule):
         poses_shape, _ = check_capsule_inputs(input_shape, self.name, spatial=True)
         batch = poses_shape[0]
         return (batch, self.capsule_types, 16), (batch, self.capsule_types)
+
+    def compute_output_spec(self, inputs, return_responsibilities=False):
+        # Keras hands `compute_output_shape` the shapes of tensors only (not of
+        # arrays), and not `return_responsibilities`.
+        spec = output_spec(self, inputs)
+        if not return_responsibilities:
+            return spec
+        shape = input_shape(inputs)[0][:4] + (self.capsule_types,)
+        return (*spec, keras.KerasTensor(shape, dtype="float32"))  # the routing's dtype
 
     def get_config(self):
         config = super().get_config()

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_capsules.layers._shapes import output_spec
 from keras_capsules.ops import length
 
 
@@ -76,3 +77,7 @@ class Mask(keras.layers.Layer):
         if isinstance(inputs_shape, (list, tuple)) and isinstance(inputs_shape[0], (list, tuple)):
             return tuple(inputs_shape[0])
         return tuple(inputs_shape)
+
+    def compute_output_spec(self, inputs, labels=None):
+        # Keras hands `compute_output_shape` the shapes of tensors only, not of arrays.
+        return output_spec(self, inputs)

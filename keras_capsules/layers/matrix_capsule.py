@@ -9,6 +9,8 @@ from keras_capsules._validation import check_capsule_inputs
 from keras_capsules._validation import check_choice
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._em_capsule import EMCapsule
+from keras_capsules.layers._shapes import input_shape
+from keras_capsules.layers._shapes import output_spec
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -251,6 +253,18 @@ class MatrixCapsule(EMCapsule):
             (batch, out_h, out_w, self.capsule_types, 16),
             (batch, out_h, out_w, self.capsule_types),
         )
+
+    def compute_output_spec(self, inputs, return_responsibilities=False):
+        # Keras hands `compute_output_shape` the shapes of tensors only (not of
+        # arrays), and not `return_responsibilities`.
+        spec = output_spec(self, inputs)
+        if not return_responsibilities:
+            return spec
+        batch, out_h, out_w = spec[0].shape[:3]
+        types = input_shape(inputs)[0][3]
+        k = self.kernel_size
+        shape = (batch, out_h, out_w, k, k, types, self.capsule_types)
+        return (*spec, keras.KerasTensor(shape, dtype="float32"))  # the routing's dtype
 
     def get_config(self):
         config = super().get_config()

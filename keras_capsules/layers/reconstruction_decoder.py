@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import is_int
+from keras_capsules.layers._shapes import output_spec
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -151,6 +152,10 @@ class ReconstructionDecoder(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0],) + self.target_shape
+
+    def compute_output_spec(self, inputs):
+        # Keras hands `compute_output_shape` the shapes of tensors only, not of arrays.
+        return output_spec(self, inputs)
 
     def get_config(self):
         config = super().get_config()
