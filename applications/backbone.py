@@ -40,6 +40,11 @@ class Backbone(keras.Model):
         self.image_shape = config["input_shape"]
         self._config = {**config, "dtype": policy.name}
 
+    @property
+    def token_embedding(self):
+        """`None`: keras-hub's `Backbone` attribute for text models; these read images."""
+        return None
+
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable, **self._config}
 

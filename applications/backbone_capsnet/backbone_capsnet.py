@@ -368,6 +368,7 @@ def _head(
             primary_kernel_size,
             padding="same",
             name="primary_conv",
+            data_format="channels_last",
             dtype=policy,
         )(features)
         primary = DepthwisePrimaryCapsule(

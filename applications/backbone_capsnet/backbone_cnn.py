@@ -99,7 +99,9 @@ class BackboneCNN(BackboneModel, SoftmaxClassifier):
             width["units"] = _hidden_units(
                 hidden_units, head_parameters, features.shape[-1], num_classes, normalize
             )
-            x = keras.layers.GlobalAveragePooling2D(name="pool", dtype=policy)(features)
+            x = keras.layers.GlobalAveragePooling2D(
+                name="pool", data_format="channels_last", dtype=policy
+            )(features)
             return keras.layers.Dense(
                 width["units"], activation="relu", name="hidden", dtype=policy
             )(x)

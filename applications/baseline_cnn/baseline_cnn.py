@@ -111,11 +111,14 @@ class BaselineCNN(SoftmaxClassifier):
                     padding="same",
                     activation="relu",
                     name=f"conv{index + 1}",
+                    data_format="channels_last",
                     dtype=policy,
                 )(x)
                 if pooling == "max":
-                    x = keras.layers.MaxPooling2D(2, name=f"pool{index + 1}", dtype=policy)(x)
-            x = keras.layers.Flatten(name="flatten", dtype=policy)(x)
+                    x = keras.layers.MaxPooling2D(
+                        2, name=f"pool{index + 1}", data_format="channels_last", dtype=policy
+                    )(x)
+            x = keras.layers.Flatten(name="flatten", data_format="channels_last", dtype=policy)(x)
             for index, units in enumerate(dense_units):
                 x = keras.layers.Dense(
                     units, activation="relu", name=f"fc{index + 1}", dtype=policy

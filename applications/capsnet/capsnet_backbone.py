@@ -87,6 +87,7 @@ class CapsNetBackbone(Backbone):
             activation="relu",
             kernel_initializer="he_normal",
             name="conv1",
+            data_format="channels_last",
             dtype=policy,
         )(images)
         primary = PrimaryCapsule(

@@ -92,6 +92,7 @@ class EfficientCapsNetBackbone(Backbone):
                 activation="relu",
                 kernel_initializer="he_normal",
                 name=f"conv{index}",
+                data_format="channels_last",
                 dtype=policy,
             )(x)
             x = keras.layers.BatchNormalization(name=f"batch_norm{index}", dtype=policy)(x)

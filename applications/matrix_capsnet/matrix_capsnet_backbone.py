@@ -114,6 +114,7 @@ class MatrixCapsNetBackbone(Backbone):
             kernel_initializer="he_normal",
             kernel_regularizer=regularizer,
             name="conv1",
+            data_format="channels_last",
             dtype=policy,
         )(images)
         capsules = PrimaryMatrixCapsule(

@@ -51,6 +51,7 @@ class ConvolutionalCapsule(keras.layers.Layer):
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             kernel_regularizer=self.kernel_regularizer,
+            data_format="channels_last",
             dtype=self.dtype_policy,
             name="conv",
         )
