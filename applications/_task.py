@@ -127,6 +127,25 @@ class Task:
 
     # Serving -------------------------------------------------------------------
 
+    def export(
+        self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs
+    ):
+        """Keras's `Model.export`, its ONNX file runnable for every classifier.
+
+        The model's raw outputs (its dict of outputs) in any format Keras
+        exports: `"tf_saved_model"`, `"onnx"`, `"litert"` (TensorFlow), and
+        `"openvino"` with OpenVINO installed. For `"onnx"`, tf2onnx is first
+        taught TensorFlow's `Expm1` (Efficient-CapsNet's squash), which it
+        lacks. `keras_capsules.serving` exports the serving contract instead.
+        """
+        if format == "onnx" and keras.backend.backend() == "tensorflow":
+            from keras_capsules.serving.portable import convert_expm1_to_onnx
+
+            convert_expm1_to_onnx()
+        return super().export(
+            filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs
+        )
+
     def serving_spec(self):
         """What the exports and the server read of this model: its `ServingSpec`.
 

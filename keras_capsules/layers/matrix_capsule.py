@@ -193,7 +193,8 @@ class MatrixCapsule(EMCapsule):
         batch, sites, num_inputs = shape[0], shape[1], shape[2]
         kernel = ops.cast(self.kernel, "float32") / num_inputs  # (i, j, l, m)
         kernel = ops.transpose(kernel, (0, 2, 1, 3))  # (i, l, j, m)
-        eye = ops.reshape(ops.eye(4, dtype="float32"), (1, 4, 1, 4, 1, 1))
+        # A constant, not `ops.eye`: TensorFlow's `MatrixDiagV3` has no OpenVINO conversion.
+        eye = ops.convert_to_tensor(np.eye(4, dtype="float32").reshape(1, 4, 1, 4, 1, 1))
         spread = eye * ops.expand_dims(ops.expand_dims(kernel, 1), 3)  # (i, k, l, k', j, m)
         spread = ops.reshape(spread, (num_inputs * 16, 16 * self.capsule_types))
         lhs = ops.reshape(child_poses, (batch * sites, num_inputs * 16))

@@ -304,6 +304,27 @@ def _without_einsum_search():
     return tf2onnx_compat.without_optimizer("einsum_optimizer")
 
 
+def convert_expm1_to_onnx():
+    """Teach tf2onnx to convert TensorFlow's `Expm1`, for every conversion after this call.
+
+    `exponential_squash` (Efficient-CapsNet's primary capsules) computes
+    `expm1`, for which tf2onnx has no conversion: it copies the node, and ONNX
+    Runtime refuses the file ("No Op registered for Expm1"). `export_onnx`
+    passes the conversion to its own call; Keras's `model.export(path,
+    format="onnx")` passes none, so the applications' classifiers register it
+    with tf2onnx's `tf_op` (its API for op conversions) before calling it.
+    Registering again replaces the same handler.
+    """
+    handler = require("tf2onnx.handler", "model.export(format='onnx')")
+
+    class Expm1:
+        @classmethod
+        def version_11(cls, ctx, node, **kwargs):  # `Where` and float `Equal`: opset 11
+            _expm1(ctx, node, node.name, [])
+
+    handler.tf_op("Expm1")(Expm1)
+
+
 def _expm1(graph, node, name, args):
     """tf2onnx's missing `Expm1` (`exponential_squash` uses it), in ONNX operations.
 
