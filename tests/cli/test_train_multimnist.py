@@ -116,6 +116,20 @@ def test_architectures_without_a_multimnist_network_say_so(tmp_path, capsys):
     assert "--max-shift needs --data mnist or fashion-mnist" in str(stopped.value)
 
 
+def test_the_shipped_preset_evaluates_to_its_recorded_accuracy(capsys):
+    import applications
+
+    name = "efficient_capsnet_multimnist"
+    metadata = applications.preset_metadata(name)
+    assert cli.main(["evaluate", "--preset", name, "--batch-size", "500"]) == 0
+    out = capsys.readouterr().out
+    assert f"MultiMNIST accuracy: {metadata['test_accuracy']:.4f} (10000 pairs" in out
+    assert metadata["data"] == {**metadata["data"], "name": "multimnist", "test_images": 10_000}
+    curve = [row["test_accuracy"] for row in metadata["history"]]
+    assert len(curve) == metadata["epochs"]
+    assert curve[-1] == pytest.approx(metadata["test_accuracy"], abs=5e-4)
+
+
 def test_evaluate_refuses_multimnist_for_a_one_digit_model(tmp_path):
     with pytest.raises(SystemExit) as stopped:
         cli.main(["evaluate", "--preset", "capsnet_mnist", "--data", "multimnist"])
