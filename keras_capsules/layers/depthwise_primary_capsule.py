@@ -32,7 +32,9 @@ class DepthwisePrimaryCapsule(ConvolutionalCapsule):
     `keras_capsules.ops.exponential_squash`. The input must have
     `capsule_types * capsule_dim` channels. With `kernel_size=None` the
     filter covers the whole feature map, as in the paper, so that each
-    capsule sees the whole image: one position, `capsule_types` capsules.
+    capsule sees the whole image: one position, `capsule_types` capsules,
+    each channel's weighted sum of the map (computed as that, not as a
+    convolution, whenever the kernel is as large as the input).
 
     Args:
         capsule_types: number of capsules per position (16 in the paper).
@@ -133,9 +135,28 @@ class DepthwisePrimaryCapsule(ConvolutionalCapsule):
         )
 
     def _convolve(self, inputs):
+        if tuple(inputs.shape[1:3]) == tuple(self.kernel.shape[:2]):
+            return self._weighted_sum(inputs)
         kernel = ops.cast(self.kernel, self.compute_dtype)
         features = ops.depthwise_conv(inputs, kernel, strides=self.strides, padding="valid")
         return features + ops.cast(self.bias, self.compute_dtype)
+
+    def _weighted_sum(self, inputs):
+        """The depthwise convolution of a kernel as large as the map: `(batch, 1, 1, channels)`.
+
+        Its one output position is each channel's sum of the map times the
+        kernel, computed as that: a depthwise convolution's kernels (their
+        gradients especially) are slow for a window this large on some CPUs.
+        Summed in float32 under a 16-bit policy, as a convolution accumulates.
+        """
+        height, width, channels = self.kernel.shape[:3]
+        dtype = self.compute_dtype
+        if dtype in ("float16", "bfloat16"):
+            dtype = "float32"
+        kernel = ops.reshape(ops.cast(self.kernel, dtype), (height * width, channels))
+        values = ops.reshape(ops.cast(inputs, dtype), (-1, height * width, channels))
+        features = ops.sum(values * kernel, axis=1) + ops.cast(self.bias, dtype)
+        return ops.reshape(ops.cast(features, self.compute_dtype), (-1, 1, 1, channels))
 
     def _convolved_shape(self, input_shape):
         window = self._window(input_shape)

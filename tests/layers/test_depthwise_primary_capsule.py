@@ -91,3 +91,86 @@ def test_config_keeps_its_arguments():
     }
     assert config["strides"] == (1, 2) and "padding" not in config
     assert DepthwisePrimaryCapsule.from_config(config).get_config() == config
+
+
+def _whole_map_layer_and_depthwise_convolution(x, kernel_size=None):
+    """The layer over the whole map of `x`, and a `DepthwiseConv2D` with its weights."""
+    import keras
+
+    layer = DepthwisePrimaryCapsule(2, 3, kernel_size=kernel_size, bias_initializer="ones")
+    layer.build(x.shape)
+    convolution = keras.layers.DepthwiseConv2D(x.shape[1:3])
+    convolution.build(x.shape)
+    convolution.set_weights(layer.get_weights())
+    return layer, convolution
+
+
+def _through_the_convolution(convolution, x, variables=None):
+    from keras_capsules.ops import exponential_squash
+
+    if variables is None:
+        features = convolution(x)
+    else:
+        features, _ = convolution.stateless_call(variables, [], x)
+    return exponential_squash(ops.reshape(features, (x.shape[0], 2, 3)))
+
+
+@pytest.mark.parametrize("kernel_size", [None, (5, 4)])
+def test_whole_map_values_match_numpy_and_a_depthwise_convolution(kernel_size):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 5, 4, 6)).astype("float32")
+    layer, convolution = _whole_map_layer_and_depthwise_convolution(x, kernel_size)
+    outputs = ops.convert_to_numpy(layer(x))
+    kernel, bias = ops.convert_to_numpy(layer.kernel)[..., 0], ops.convert_to_numpy(layer.bias)
+    features = np.einsum("bhwc,hwc->bc", x.astype("float64"), kernel) + bias
+    np.testing.assert_allclose(
+        outputs, ref.exponential_squash(features.reshape(3, 2, 3)), rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        outputs, ops.convert_to_numpy(_through_the_convolution(convolution, x)), atol=1e-6
+    )
+
+
+def test_whole_map_gradients_match_a_depthwise_convolution():
+    from tests.conftest import gradient
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(3, 5, 4, 6)).astype("float32")
+    weights = ops.convert_to_tensor(rng.normal(size=(3, 2, 3)).astype("float32"))
+    layer, convolution = _whole_map_layer_and_depthwise_convolution(x)
+    kernel, bias = layer.get_weights()
+
+    def check(ours, theirs, at):
+        np.testing.assert_allclose(gradient(ours, at), gradient(theirs, at), atol=1e-5)
+
+    check(
+        lambda v: layer(v) * weights,
+        lambda v: _through_the_convolution(convolution, v) * weights,
+        x,
+    )
+    check(
+        lambda k: layer.stateless_call([k, bias], [], x)[0] * weights,
+        lambda k: _through_the_convolution(convolution, x, [k, bias]) * weights,
+        kernel,
+    )
+    check(
+        lambda b: layer.stateless_call([kernel, b], [], x)[0] * weights,
+        lambda b: _through_the_convolution(convolution, x, [kernel, b]) * weights,
+        bias,
+    )
+
+
+@pytest.mark.parametrize("mixed_precision", ["mixed_bfloat16"], indirect=True)
+def test_whole_map_is_finite_under_mixed_bfloat16(mixed_precision):
+    import keras
+
+    from tests.conftest import gradient
+
+    x = np.random.default_rng(5).normal(size=(2, 9, 9, 128)).astype("float32")
+    layer = DepthwisePrimaryCapsule(16, 8)
+    outputs = layer(x)
+    assert keras.backend.standardize_dtype(outputs.dtype) == "bfloat16"
+    values = ops.convert_to_numpy(ops.cast(outputs, "float32"))
+    assert np.all(np.isfinite(values)) and np.any(values != 0)
+    grads = gradient(layer, x)
+    assert np.all(np.isfinite(grads)) and np.any(grads != 0)
