@@ -111,3 +111,26 @@ def onednn_enabled():
     from keras_capsules._compat import tensorflow
 
     return tensorflow.onednn_enabled()
+
+
+ONEDNN_SWITCH = {"off": "0", "on": "1"}
+"""`TF_ENABLE_ONEDNN_OPTS` for TensorFlow's oneDNN kernels off and on."""
+
+
+def onednn_paths(choice):
+    """`{path: environment}` of the children to run for `--onednn` `choice`.
+
+    `"both"` runs every measurement with TensorFlow's oneDNN kernels off
+    (`TF_ENABLE_ONEDNN_OPTS=0`, the path most AVX2 CPUs take) and on (`=1`,
+    the default of CPUs with VNNI): a kernel slow on one path shows on either
+    machine class. `"off"` or `"on"` runs one of them, and `"inherit"` (and
+    any choice on another backend, where the variable changes nothing) keeps
+    this process's environment, as `"default"`.
+    """
+    if choice == "inherit" or os.environ.get("KERAS_BACKEND") != "tensorflow":
+        return {"default": dict(os.environ)}
+    chosen = ("off", "on") if choice == "both" else (choice,)
+    return {
+        f"onednn_{path}": dict(os.environ, TF_ENABLE_ONEDNN_OPTS=ONEDNN_SWITCH[path])
+        for path in chosen
+    }

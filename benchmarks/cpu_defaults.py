@@ -15,10 +15,13 @@ run, the two models whose speed the Results page reports:
 Each runs in its own process three times: "plain", as plain Python gets it
 (the variable unset, so the import chooses), "pooled", with the pool asked for
 (`TF_CPU_ALLOCATOR_USE_BFC=true`), and "tensorflow_default", with TensorFlow's
-own allocator (`TF_CPU_ALLOCATOR_USE_BFC=false`, the way out). Everything else
-is inherited from this process's environment, `TF_ENABLE_ONEDNN_OPTS` included.
-`--repeats N` runs the nine measurements N times, alternating, and reports
-medians. CapsNet and its convolutions run one
+own allocator (`TF_CPU_ALLOCATOR_USE_BFC=false`, the way out). `--onednn
+both` (the default) runs all nine with TensorFlow's oneDNN kernels off
+(`TF_ENABLE_ONEDNN_OPTS=0`, the path of most AVX2 CPUs) and again with them
+on (`=1`), so that a kernel slow on one path shows on either machine class;
+each path has its report in `onednn_paths` (`--onednn inherit` keeps the
+environment's setting). `--repeats N` runs the measurements N times,
+alternating, and reports medians. CapsNet and its convolutions run one
 step per call of the compiled step, so that a run of a few dozen steps keeps a
 warm-up apart from the timed steps; at batch 100 a step takes a second or more,
 and Keras's work around each call is a small share of it.
@@ -46,6 +49,7 @@ import sys
 
 from _child import cpu_class
 from _child import cpu_model
+from _child import onednn_paths
 from _child import run_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,6 +72,13 @@ def parse_args(argv=None):
     p.add_argument("--em-steps", type=int, default=10, help="timed EM batches (10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed batches first (3)")
     p.add_argument("--repeats", type=int, default=1, help="alternated runs; medians (1)")
+    p.add_argument(
+        "--onednn",
+        choices=("both", "off", "on", "inherit"),
+        default="both",
+        help="TensorFlow's oneDNN kernels off and on in one run (both), one of them, "
+        "or as the environment sets (inherit)",
+    )
     return p.parse_args(argv)
 
 
@@ -85,29 +96,41 @@ def command(model, args):
 
 def main(argv=None):
     args = parse_args(argv)
-    runs = {mode: {model: [] for model in MODELS} for mode in MODES}
+    paths = onednn_paths(args.onednn)
+    runs = {path: {mode: {model: [] for model in MODELS} for mode in MODES} for path in paths}
     for repeat in range(max(args.repeats, 1)):
-        for model in MODELS:
-            for mode, use_bfc in MODES.items():
-                log(f"== {model}, {mode}, repeat {repeat + 1} of {max(args.repeats, 1)} ==")
-                env = dict(os.environ)
-                env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
-                if use_bfc is not None:
-                    env["TF_CPU_ALLOCATOR_USE_BFC"] = use_bfc
-                runs[mode][model].append(run_command(command(model, args), model, env))
-
-    def median(mode, model, key):
-        return statistics.median(r[key] for r in runs[mode][model])
-
+        for path, environment in paths.items():
+            for model in MODELS:
+                for mode, use_bfc in MODES.items():
+                    log(
+                        f"== {model}, {mode}, {path}, "
+                        f"repeat {repeat + 1} of {max(args.repeats, 1)} =="
+                    )
+                    env = dict(environment)
+                    env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
+                    if use_bfc is not None:
+                        env["TF_CPU_ALLOCATOR_USE_BFC"] = use_bfc
+                    found = run_command(command(model, args), model, env)
+                    runs[path][mode][model].append(found)
     report = {
         "cpu_class": cpu_class(),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "backend": os.environ.get("KERAS_BACKEND", "tensorflow"),
-        "onednn": runs["plain"]["capsnet"][0].get("onednn"),
         "capsnet_batch": args.batch,
         "repeats": max(args.repeats, 1),
+        "onednn_paths": {path: path_report(by_mode) for path, by_mode in runs.items()},
     }
+    print(json.dumps(report, indent=2), flush=True)
+
+
+def path_report(runs):
+    """The report of one oneDNN path's runs, `{mode: {model: [result, ...]}}`."""
+
+    def median(mode, model, key):
+        return statistics.median(r[key] for r in runs[mode][model])
+
+    report = {"onednn": runs["plain"]["capsnet"][0].get("onednn")}
     for mode in MODES:
         ratios = [
             c["images_per_s"] / v["images_per_s"]
@@ -131,17 +154,17 @@ def main(argv=None):
             m: report[mode][f"{m}_images_per_s"] / report["tensorflow_default"][f"{m}_images_per_s"]
             for m in ("capsnet", "em")
         }
-    report["targets"] = TARGETS.get(report["cpu_class"])
-    report["meets_targets"] = meets_targets(report)
-    print(json.dumps(report, indent=2), flush=True)
+    report["targets"] = TARGETS.get(cpu_class())
+    report["meets_targets"] = meets_targets(report, cpu_class())
+    return report
 
 
-def meets_targets(report):
-    """Whether plain Python meets its CPU class's targets; `None` for another class."""
+def meets_targets(report, machine):
+    """Whether plain Python meets the targets of CPU class `machine`; `None` for another class."""
     plain = report["plain"]
-    if report["cpu_class"] == "AVX2":
+    if machine == "AVX2":
         return plain["em_images_per_s"] >= TARGETS["AVX2"]["em_images_per_s"]
-    if report["cpu_class"] == "AVX-512":
+    if machine == "AVX-512":
         targets = TARGETS["AVX-512"]
         return min(report["plain_over_tensorflow_default"].values()) >= targets[
             "plain_over_tensorflow_default"

@@ -25,12 +25,18 @@ the estimate counts the layers' outputs, not the routing's own tensors) is
 reported with its last error line. `--cache FILE` keeps each measurement as
 it is made, so that an interrupted run measures only the rest when rerun.
 `--precision` sets the Keras dtype policy of every model (after the
-estimate, which counts float32). `--repeats N` alternates the whole set N
-times and reports medians; the ratios the targets name are medians of the
-per-repeat ratios: the capsule head's speed over the dense head's on the
-same backbone, and EfficientCapsNet's over its convolutions'. `--plot FILE` draws
-the figure of the Results page from the report (`--from-json` redraws it
-from a saved report without measuring).
+estimate, which counts float32). On TensorFlow, `--onednn both` (the
+default) measures everything twice, with its oneDNN kernels off
+(`TF_ENABLE_ONEDNN_OPTS=0`, the path of most AVX2 CPUs) and on (`=1`, the
+default of CPUs with VNNI), so that a kernel slow on one path shows on
+either machine: `onednn_paths` holds each path's results and ratios, and
+`results` and `ratios` those of the path TensorFlow takes here by default.
+`--repeats N` alternates the whole set N times and reports medians; the
+ratios the targets name are medians of the per-repeat ratios: the capsule
+head's speed over the dense head's on the same backbone, and
+EfficientCapsNet's over its convolutions'. `--plot FILE` draws the figure
+of the Results page from the report (`--from-json` redraws it from a saved
+report without measuring).
 
     python benchmarks/image_size.py --repeats 2 --cache image_size.jsonl \\
         --plot docs/images/image_size.png > image_size.json
@@ -49,6 +55,7 @@ import time
 from _child import cpu_class
 from _child import cpu_model
 from _child import onednn_enabled
+from _child import onednn_paths
 
 MODELS = (
     "capsnet",
@@ -92,6 +99,13 @@ def parse_args(argv=None):
         choices=("float32", "mixed_bfloat16", "mixed_float16"),
         default="float32",
         help="Keras dtype policy of every model (float32)",
+    )
+    p.add_argument(
+        "--onednn",
+        choices=("both", "off", "on", "inherit"),
+        default="both",
+        help="TensorFlow's oneDNN kernels off and on in one run (both), one of them, "
+        "or as the environment sets (inherit)",
     )
     p.add_argument("--plot", default=None, help="draw the figure into this PNG file")
     p.add_argument("--from-json", default=None, help="redraw --plot from a saved report")
@@ -201,26 +215,65 @@ def main(argv=None):
 def run(args):
     sizes = [int(s) for s in args.sizes.split(",")]
     models = args.models.split(",")
-    runs = {m: {s: [] for s in sizes} for m in models}
+    paths = onednn_paths(args.onednn)
+    runs = {path: {m: {s: [] for s in sizes} for m in models} for path in paths}
     passed = ["--batch", str(args.batch), "--steps", str(args.steps)]
     passed += ["--warmup", str(args.warmup), "--max-parameters", str(args.max_parameters)]
     passed += ["--precision", args.precision]
     cached = _read_cache(args.cache)
     for repeat in range(max(args.repeats, 1)):
         for size in sizes:
-            for model in models:
-                key = {"model": model, "size": size, "repeat": repeat, "batch": args.batch}
-                key.update(steps=args.steps, warmup=args.warmup)
-                if args.precision != "float32":
-                    key["precision"] = args.precision
-                found = cached.get(json.dumps(key, sort_keys=True))
-                if found is None:
-                    log(f"== {model} at {size}x{size}, repeat {repeat + 1} of {args.repeats} ==")
-                    found = _measure_in_child(model, size, passed)
-                    if args.cache is not None:
-                        with open(args.cache, "a") as f:
-                            f.write(json.dumps({**key, "result": found}) + "\n")
-                runs[model][size].append(found)
+            for path, env in paths.items():
+                for model in models:
+                    key = {"model": model, "size": size, "repeat": repeat, "batch": args.batch}
+                    key.update(steps=args.steps, warmup=args.warmup)
+                    if args.precision != "float32":
+                        key["precision"] = args.precision
+                    if path != "default":
+                        key["onednn"] = path
+                    found = cached.get(json.dumps(key, sort_keys=True))
+                    if found is None:
+                        log(
+                            f"== {model} at {size}x{size}, {path}, "
+                            f"repeat {repeat + 1} of {args.repeats} =="
+                        )
+                        found = _measure_in_child(model, size, passed, env)
+                        if args.cache is not None:
+                            with open(args.cache, "a") as f:
+                                f.write(json.dumps({**key, "result": found}) + "\n")
+                    runs[path][model][size].append(found)
+    by_path = {
+        path: {
+            "onednn": {"onednn_off": False, "onednn_on": True}.get(path, onednn_enabled()),
+            "results": summarize(by_model),
+            "ratios": ratios(by_model),
+        }
+        for path, by_model in runs.items()
+    }
+    # The figure and the top-level fields: the path TensorFlow takes here by default.
+    default = next(
+        (p for p, v in by_path.items() if v["onednn"] == onednn_enabled()), next(iter(by_path))
+    )
+    report = {
+        "cpu_class": cpu_class(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "backend": os.environ.get("KERAS_BACKEND", "tensorflow"),
+        "onednn": by_path[default]["onednn"],
+        "precision": args.precision,
+        "batch": args.batch,
+        "steps": args.steps,
+        "repeats": max(args.repeats, 1),
+        "results": by_path[default]["results"],
+        "ratios": by_path[default]["ratios"],
+        "onednn_paths": by_path,
+        "targets": TARGETS,
+    }
+    return report
+
+
+def summarize(runs):
+    """Per model and size, the medians of the runs `{model: {size: [result, ...]}}`."""
     results = {}
     for model, by_size in runs.items():
         results[model] = {}
@@ -235,21 +288,7 @@ def run(args):
                 "runs_images_per_s": [round(r["images_per_s"], 2) for r in measured],
                 "peak_rss_mb": max(r["peak_rss_mb"] for r in measured),
             }
-    report = {
-        "cpu_class": cpu_class(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "backend": os.environ.get("KERAS_BACKEND", "tensorflow"),
-        "onednn": onednn_enabled(),
-        "precision": args.precision,
-        "batch": args.batch,
-        "steps": args.steps,
-        "repeats": max(args.repeats, 1),
-        "results": results,
-        "ratios": ratios(runs),
-        "targets": TARGETS,
-    }
-    return report
+    return results
 
 
 def _read_cache(path):
@@ -265,10 +304,10 @@ def _read_cache(path):
     return found
 
 
-def _measure_in_child(model, size, passed):
+def _measure_in_child(model, size, passed, env=None):
     """One measurement in its own process; a failed one is `{"failed": its last line}`."""
     argv = [sys.executable, os.path.abspath(__file__), "--only", f"{model}:{size}", *passed]
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         errors = [line for line in done.stderr.splitlines() if line.strip()]
