@@ -15,6 +15,7 @@ measure them).
 * `capsnet`: `CapsNetMNIST`, batch `--batch`;
 * `convs`: its two convolutions alone (`capsnet_mnist.py`'s `convs_only`);
 * `em`: `MatrixCapsNetNORB` A=64, B=8, C=D=16, batch 32.
+* `efficient_capsnet`: `EfficientCapsNet` on 28x28 images, batch `--batch` (16 is the paper's).
 
 `TF_CPU_ALLOCATOR_USE_BFC` and `TF_ENABLE_ONEDNN_OPTS` come from the
 environment (`_child.py` defaults the allocator to the pool). TensorFlow's
@@ -37,7 +38,7 @@ import tempfile
 from _child import cpu_class
 from _child import onednn_enabled
 
-MODELS = ("capsnet", "convs", "em")
+MODELS = ("capsnet", "convs", "em", "efficient_capsnet")
 
 
 def log(*args):
@@ -69,6 +70,12 @@ def build(name, batch, steps):
         model = MatrixCapsNetNORB(**config)
         x = rng.normal(size=(batch * steps, 32, 32, 2)).astype("float32")
         y = rng.integers(0, 5, size=(batch * steps,))
+    elif name == "efficient_capsnet":
+        from applications import EfficientCapsNet
+
+        model = EfficientCapsNet()
+        x = rng.integers(0, 256, size=(batch * steps, 28, 28, 1), dtype=np.uint8)
+        y = rng.integers(0, 10, size=(batch * steps,))
     else:
         from capsnet_mnist import build_convs_only
 
