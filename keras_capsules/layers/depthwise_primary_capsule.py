@@ -138,7 +138,9 @@ class DepthwisePrimaryCapsule(ConvolutionalCapsule):
         if tuple(inputs.shape[1:3]) == tuple(self.kernel.shape[:2]):
             return self._weighted_sum(inputs)
         kernel = ops.cast(self.kernel, self.compute_dtype)
-        features = ops.depthwise_conv(inputs, kernel, strides=self.strides, padding="valid")
+        features = ops.depthwise_conv(
+            inputs, kernel, strides=self.strides, padding="valid", data_format="channels_last"
+        )
         return features + ops.cast(self.bias, self.compute_dtype)
 
     def _weighted_sum(self, inputs):

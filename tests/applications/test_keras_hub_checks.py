@@ -235,22 +235,7 @@ def test_keras_hubs_task_checks_that_need_no_preprocessor(name):
         uncompiled.fit(images, labels, verbose=0)
 
 
-# `DepthwisePrimaryCapsule` convolves with `ops.depthwise_conv` and no `data_format`,
-# which reads the global one at each call; its file is another change's.
-DEPTHWISE_FOLLOWS_THE_GLOBAL_FORMAT = pytest.mark.xfail(
-    strict=True, reason="DepthwisePrimaryCapsule's depthwise_conv reads the global data format"
-)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=DEPTHWISE_FOLLOWS_THE_GLOBAL_FORMAT)
-        if name.startswith("EfficientCapsNet")
-        else name
-        for name in sorted(CLASSIFIERS)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(CLASSIFIERS))
 def test_the_global_image_data_format_changes_no_network(name):
     """With `channels_first` set globally a network still reads `(h, w, c)` images, alike."""
     cls, kwargs = CLASSIFIERS[name]
