@@ -56,8 +56,11 @@ def write_json(path, value):
             f.write("\n")
 
 
-def check_writable(folder):
-    """Raise `SystemExit` naming `folder` unless files can be created in it."""
+def check_writable(folder, command=None):
+    """Raise `SystemExit` naming `folder` unless files can be created in it.
+
+    The message starts `keras-capsules COMMAND:` where `command` is given.
+    """
     probe = os.path.join(folder, f".write-test.{os.getpid()}")
     try:
         with open(probe, "w"):
@@ -65,8 +68,29 @@ def check_writable(folder):
         os.remove(probe)
     except OSError as error:
         raise SystemExit(
-            f"keras-capsules: cannot write to the output folder {folder}: {error.strerror}"
+            f"{_prefix(command)}: cannot write to the output folder {folder}: {reason(error)}"
         ) from None
+
+
+def output_folder(folder, command):
+    """Create `folder` and its missing parents, and check files can be written in it.
+
+    Where it cannot be made (a read-only file system, a parent without
+    permission, a file in the way) or written to, `keras-capsules COMMAND`
+    ends with one line naming the folder and the system's reason.
+    """
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as error:
+        where = "" if error.filename in (None, folder) else f" ({error.filename})"
+        raise SystemExit(
+            f"{_prefix(command)}: cannot create the output folder {folder}{where}: {reason(error)}"
+        ) from None
+    check_writable(folder, command)
+
+
+def _prefix(command):
+    return "keras-capsules" if command is None else f"keras-capsules {command}"
 
 
 def _writer(name):

@@ -71,3 +71,33 @@ def mnist_data():
 def _seed():
     keras.utils.set_random_seed(int(os.environ.get("TEST_SEED", "1234")))
     yield
+
+
+@pytest.fixture(params=["mode 0o555", "read-only file system"])
+def read_only_folder(request, tmp_path, monkeypatch):
+    """A folder in which no folder can be made: by its mode, or as on a read-only file system.
+
+    Its mode stops no one running as root, so that case is skipped for root;
+    a read-only file system is simulated: `os.mkdir` fails in the folder
+    with `EROFS`, as the system does.
+    """
+    import errno
+
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if request.param == "mode 0o555":
+        if os.geteuid() == 0:
+            pytest.skip("root creates folders whatever a folder's mode")
+        folder.chmod(0o555)
+        yield str(folder)
+        folder.chmod(0o755)  # for pytest to remove it
+        return
+    mkdir = os.mkdir
+
+    def read_only(path, *args, **kwargs):
+        if os.path.abspath(path).startswith(str(folder) + os.sep):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        return mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", read_only)  # what `os.makedirs` calls
+    yield str(folder)

@@ -441,6 +441,34 @@ def test_an_unwritable_output_folder_is_refused_before_training(capsys):
     assert "Epoch" not in capsys.readouterr().out
 
 
+def test_an_output_folder_that_cannot_be_made_is_refused_in_one_line(read_only_folder, capsys):
+    output = os.path.join(read_only_folder, "new", "run")
+    with pytest.raises(SystemExit) as refused:
+        train_tiny(output)  # was a traceback from os.makedirs
+    message = str(refused.value.code)
+    where = os.path.join(read_only_folder, "new")
+    assert re.fullmatch(
+        rf"keras-capsules train: cannot create the output folder {re.escape(output)} "
+        rf"\({re.escape(where)}\): (Read-only file system|Permission denied)",
+        message,
+    )
+    assert not os.path.exists(where) and "Epoch" not in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs a folder no folder can be in")
+def test_the_command_ends_with_one_line_and_status_1_where_no_folder_can_be_made(tmp_path):
+    output = "/proc/self/new-folder/run"
+    command = [sys.executable, "-m", "keras_capsules.cli", "train", "capsnet"]
+    done = subprocess.run(
+        [*command, "--output", output], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"keras-capsules train: cannot create the output folder {output} "
+        "(/proc/self/new-folder): No such file or directory"
+    )
+
+
 def test_an_unreadable_model_file_is_named(tmp_path):
     import applications
 

@@ -189,7 +189,4 @@ def _check_output(args):
         folder = os.path.dirname(os.path.abspath(output))
         if not os.path.isdir(folder):
             raise SystemExit(f"keras-capsules export: the folder of {output} does not exist")
-    try:
-        check_writable(folder)
-    except SystemExit as error:
-        raise SystemExit(f"keras-capsules export: {output}: {error}") from None
+    check_writable(folder, "export")

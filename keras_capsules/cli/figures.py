@@ -9,6 +9,7 @@ drawing is `keras_capsules.visualization`'s.
 
 import os
 
+from keras_capsules._atomic import output_folder
 from keras_capsules.cli._images import add_test_image_arguments
 from keras_capsules.cli._images import fail
 from keras_capsules.cli._images import test_images
@@ -114,7 +115,7 @@ def run(args):
             dpi=args.dpi,
         ),
     }
-    os.makedirs(args.output, exist_ok=True)
+    output_folder(args.output, "figures")
     drawn = 0
     for kind in _kinds(args, pairs):
         path = os.path.join(args.output, FILES[kind])

@@ -48,8 +48,8 @@ import os
 import shutil
 import time
 
-from keras_capsules._atomic import check_writable
 from keras_capsules._atomic import final_path
+from keras_capsules._atomic import output_folder
 from keras_capsules._atomic import reason
 from keras_capsules._atomic import remove_stale
 from keras_capsules._atomic import write_json
@@ -292,8 +292,7 @@ def run(args):
     worker = worker_folder(args)
     if worker is not None:
         args.output = worker
-    os.makedirs(args.output, exist_ok=True)
-    check_writable(args.output)  # before training, not after it
+    output_folder(args.output, "train")  # made and writable before training, not after it
     with _training.locked(args.output):  # one run at a time in a folder
         try:
             _remove_stale(args.output)

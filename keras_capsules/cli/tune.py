@@ -12,6 +12,7 @@ import json
 import os
 import time
 
+from keras_capsules._atomic import output_folder
 from keras_capsules._atomic import replacing
 from keras_capsules._atomic import write_json
 from keras_capsules.cli._training import option_changes
@@ -186,7 +187,6 @@ def _check_search(args, project_dir):
                 "with the recorded options to resume it, choose another --output, or pass "
                 "--overwrite to start a new search there (its trials are deleted)."
             )
-    os.makedirs(args.output, exist_ok=True)
     write_json(path, {"options": options})
 
 
@@ -298,6 +298,7 @@ def _run(args, role):
     project_dir = os.path.join(args.output, "search")
     overwrite = args.overwrite and role != "worker"  # only the chief or a lone tuner starts anew
     resuming = os.path.exists(os.path.join(project_dir, "oracle.json"))
+    output_folder(args.output, "tune")
     if role != "worker":
         _check_search(args, project_dir)
     if role != "worker" and not overwrite and resuming:

@@ -318,6 +318,19 @@ def test_tune_command_rejects_bad_arguments(args, message, tmp_path, monkeypatch
     assert re.search(message, f"{exit_info.value.code} {capsys.readouterr().err}")
 
 
+def test_tune_command_names_an_output_folder_that_cannot_be_made(read_only_folder, monkeypatch):
+    for name in ("KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT", "KERASTUNER_TUNER_ID"):
+        monkeypatch.delenv(name, raising=False)
+    output = os.path.join(read_only_folder, "tune")
+    with pytest.raises(SystemExit) as refused:  # was a traceback from os.makedirs
+        cli.main(["tune", "capsnet", "--tuner", "random", "--output", output])
+    assert re.fullmatch(
+        rf"keras-capsules tune: cannot create the output folder {re.escape(output)}: "
+        "(Read-only file system|Permission denied)",
+        str(refused.value.code),
+    )
+
+
 def test_tune_command_refuses_to_mix_searches_and_names_a_torn_state(tmp_path, monkeypatch):
     for name in ("KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT", "KERASTUNER_TUNER_ID"):
         monkeypatch.delenv(name, raising=False)

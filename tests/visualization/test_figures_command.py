@@ -1,5 +1,8 @@
 """`keras-capsules figures`: every kind written as a non-blank PNG of the expected size."""
 
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -149,3 +152,15 @@ def test_all_kinds_of_a_model_without_a_decoder_skip_what_needs_one(tmp_path, ca
     check_written([out / "routing_statistics.png"], printed)
     with pytest.raises(SystemExit, match="reconstructions: MatrixCapsNet has no decoder"):
         cli.main([*args, "--kind", "reconstructions"])
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path, read_only_folder):
+    model = saved(tmp_path, (28, 28, 1))
+    output = os.path.join(read_only_folder, "figs")
+    with pytest.raises(SystemExit) as refused:  # was a traceback from os.makedirs
+        cli.main(["figures", model, "--output", output, "--kind", "routing", "--dpi", "40"])
+    assert re.fullmatch(
+        rf"keras-capsules figures: cannot create the output folder {re.escape(output)}: "
+        "(Read-only file system|Permission denied)",
+        str(refused.value.code),
+    )
