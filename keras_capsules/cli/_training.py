@@ -393,7 +393,9 @@ def check_same_data(args, fingerprint):
 
     The change is named in one line (e.g. "class 'three' added"); a run with
     nothing trained yet is not checked, and one whose `run.json` records no
-    fingerprint is refused too.
+    fingerprint is refused too. A folder's fingerprint recorded without the
+    files' contents (by an older version) is checked by paths, sizes and
+    times, and says so.
     """
     if not has_trained(args.output):
         return
@@ -403,6 +405,13 @@ def check_same_data(args, fingerprint):
     except (OSError, ValueError, AttributeError):
         recorded = None  # no readable record: nothing shows the data is the same
     change = data_changes(recorded, fingerprint)
+    if change is None and fingerprint.get("content") and not recorded.get("content"):
+        print(
+            f"The run.json of the run in {args.output} records its images' paths, sizes and "
+            "times but not their contents (an older keras-capsules wrote it): checked by "
+            "those, and their contents recorded from now on",
+            flush=True,
+        )
     if change is not None:
         raise SystemExit(
             f"keras-capsules train: the data of the run in {args.output} changed since it was "

@@ -7,8 +7,9 @@ Keras's `image_dataset_from_directory` orders them. Unlike Keras's default,
 symlinked folders are followed; a link back to a folder the walk is in (a
 loop) or to a folder it has read already is refused, so the walk reads each
 folder once and ends. `fingerprint` records what the listing holds (the
-class names, every file's path, size and modification time, the counts) and
-`folder_changes` says, in words, how two fingerprints differ.
+class names, every file's path, size and modification time, the SHA-256 of
+the bytes `check_folder` read of each, the counts) and `folder_changes` says,
+in words, how two fingerprints differ.
 """
 
 import dataclasses
@@ -157,19 +158,26 @@ def _hash(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def fingerprint(listing, counts, skipped):
+CONTENT = "sha256"
+"""How a fingerprint records each file's content: the SHA-256 of the bytes checked."""
+
+
+def fingerprint(listing, counts, skipped, contents=None):
     """What `listing` holds, for `run.json`: a resumed run is refused if it changed.
 
     The record: the class names in order, the number of files listed, the
     readable images of each class (`counts`) and the files skipped; a digest
     of each class's files (its relative path, size and modification time of
-    each); a digest of all of it; and, to say which files changed, 16 hex
-    digits per file (8 of its path's digest, 8 of its size and time's).
+    each); with `contents` (`{path: SHA-256 hex digest of the bytes read}`,
+    as `check_folder` reads them), a digest of each class's files' contents
+    too and `"content": "sha256"`; a digest of all of it; and, to say which
+    files changed, 16 hex digits per file (8 of its path's digest, 8 of its
+    size and time's), 24 with `contents` (8 of its content's).
     """
-    class_digests, keys = [], {}
+    class_digests, content_digests, keys = [], [], {}
     for name, paths in zip(listing.class_names, listing.files):
         top = os.path.join(listing.directory, name)
-        records, shorts = [], []
+        records, contained, shorts = [], [], []
         for path in paths:
             relative = os.fsencode(os.path.relpath(path, top))
             try:
@@ -178,15 +186,18 @@ def fingerprint(listing, counts, skipped):
             except OSError:  # a broken link: read as unreadable, recorded as such
                 state = b"-"
             records.append(relative + b"\0" + state)
-            shorts.append(_hash(relative)[:8] + _hash(relative + b"\0" + state)[:8])
+            short = _hash(relative)[:8] + _hash(relative + b"\0" + state)[:8]
+            if contents is not None:
+                content = contents.get(path, "-").encode()  # "-": not read
+                contained.append(relative + b"\0" + content)
+                short += _hash(relative + b"\0" + content)[:8]
+            shorts.append(short)
         class_digests.append(_hash(b"\n".join(records)))
+        content_digests.append(_hash(b"\n".join(contained)))
         keys[name] = "".join(shorts)
-    summary = "\n".join(
-        [*listing.class_names, *class_digests, repr(tuple(counts)), str(len(skipped))]
-    )
-    return {
+    record = {
         "kind": "folder",
-        "digest": _hash(summary.encode()),
+        "digest": None,
         "classes": list(listing.class_names),
         "files": listing.total,
         "counts": list(counts),
@@ -194,11 +205,35 @@ def fingerprint(listing, counts, skipped):
         "class_digests": class_digests,
         "file_keys": keys,
     }
+    if contents is not None:
+        record.update(content=CONTENT, content_digests=content_digests)
+    record["digest"] = _digest(record)
+    return record
 
 
-def _file_states(keys):
-    """`{path key: state key}` of a class's `file_keys` string."""
-    return {keys[i : i + 8]: keys[i + 8 : i + 16] for i in range(0, len(keys), 16)}
+def _digest(record):
+    """The digest of a fingerprint: of its classes, their files' digests, counts and skipped."""
+    summary = [*record["classes"], *record["class_digests"]]
+    summary += [repr(tuple(record["counts"])), str(record["skipped"])]
+    if record.get("content"):
+        summary += [record["content"], *record["content_digests"]]
+    return _hash("\n".join(summary).encode())
+
+
+def _without_content(record):
+    """`record` as a fingerprint without the files' contents would be (an older run's)."""
+    record = {k: v for k, v in record.items() if k not in ("content", "content_digests")}
+    record["file_keys"] = {
+        name: "".join(keys[i : i + 16] for i in range(0, len(keys), 24))
+        for name, keys in record["file_keys"].items()
+    }
+    record["digest"] = _digest(record)
+    return record
+
+
+def _file_states(keys, width):
+    """`{path key: state key}` of a class's `file_keys` string, `width` hex digits a file."""
+    return {keys[i : i + 8]: keys[i + 8 : i + width] for i in range(0, len(keys), width)}
 
 
 def folder_changes(old, new):
@@ -206,13 +241,20 @@ def folder_changes(old, new):
 
     E.g. "class 'three' added", "class 'two' renamed or removed", "classes
     reordered ('a' holds what 'b' held, ...)", "3 files changed in class
-    'zero' (1 added, 2 modified)". `None` where the digests agree.
+    'zero' (1 added, 2 modified)", "1 file changed in class 'zero' (1 edited
+    in place keeping its size and time)". `None` where the digests agree.
+    A fingerprint `old` that records no contents (an older run's) is compared
+    by the files' paths, sizes and times alone.
     """
+    if not old.get("content") and new.get("content"):
+        new = _without_content(new)
     if old.get("digest") == new.get("digest"):
         return None
+    if old.get("content") and not new.get("content"):
+        return "the run recorded its images' contents, and these were not read"
     old_classes, new_classes = list(old.get("classes", ())), list(new["classes"])
-    old_digest = dict(zip(old_classes, old.get("class_digests", ())))
-    new_digest = dict(zip(new_classes, new["class_digests"]))
+    old_digest = _class_keys(old)
+    new_digest = _class_keys(new)
     parts = []
     removed = [name for name in old_classes if name not in new_classes]
     added = [name for name in new_classes if name not in old_classes]
@@ -237,27 +279,53 @@ def folder_changes(old, new):
         pairs = ", ".join(f"{name!r} holds what {other!r} held" for name, other in moved.items())
         parts.append(f"classes reordered ({pairs})")
     changed = [n for n in common if n not in moved and new_digest[n] != old_digest[n]]
-    parts += _file_changes(changed, old.get("file_keys", {}), new["file_keys"])
+    parts += _file_changes(changed, old.get("file_keys", {}), new["file_keys"], _width(new))
     if not parts and old.get("skipped") != new.get("skipped"):
         parts.append(f"{old.get('skipped')} -> {new['skipped']} unreadable files skipped")
     return "; ".join(parts) or "the images changed"
 
 
-def _file_changes(classes, old_keys, new_keys):
-    """`["N files changed in class 'x' (A added, R removed, M modified)"]` for `classes`."""
+def _class_keys(record):
+    """`{class name: its files' digests}` of a fingerprint: of their states, and contents."""
+    contents = record.get("content_digests") or [None] * len(record.get("class_digests", ()))
+    return dict(zip(record.get("classes", ()), zip(record.get("class_digests", ()), contents)))
+
+
+def _width(record):
+    """The hex digits a file has in `record`'s `file_keys`: path, state, and content."""
+    return 24 if record.get("content") else 16
+
+
+def _file_changes(classes, old_keys, new_keys, width):
+    """`["N files changed in class 'x' (A added, R removed, M modified)"]` for `classes`.
+
+    A file whose size and time are those recorded but whose content is not
+    is counted apart: "edited in place keeping its size and time".
+    """
     if not classes:
         return []
-    added = removed = modified = 0
+    added = removed = modified = edited = 0
     for name in classes:
-        before, after = _file_states(old_keys.get(name, "")), _file_states(new_keys[name])
+        before = _file_states(old_keys.get(name, ""), width)
+        after = _file_states(new_keys[name], width)
         added += len(after.keys() - before.keys())
         removed += len(before.keys() - after.keys())
-        modified += sum(1 for key in after.keys() & before.keys() if after[key] != before[key])
-    total = added + removed + modified
+        for key in after.keys() & before.keys():
+            if after[key][:8] != before[key][:8]:
+                modified += 1
+            elif after[key] != before[key]:
+                edited += 1
+    total = added + removed + modified + edited
     where = ", ".join(repr(name) for name in classes[:3]) + (" ..." if classes[3:] else "")
+    kept = f"edited in place keeping {'its' if edited == 1 else 'their'} size and time"
     kinds = ", ".join(
         f"{count} {kind}"
-        for count, kind in ((added, "added"), (removed, "removed"), (modified, "modified"))
+        for count, kind in (
+            (added, "added"),
+            (removed, "removed"),
+            (modified, "modified"),
+            (edited, kept),
+        )
         if count
     )
     noun = "file" if total == 1 else "files"

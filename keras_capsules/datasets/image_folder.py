@@ -6,12 +6,14 @@
 
 One walk and one decoder: `check_folder` lists the folder once
 (`list_folder`: the class folders sorted, then their files in Keras's
-order, symlinked folders followed, a symlink loop refused) and decodes every
-file with TensorFlow's `tf.io.decode_image`, as training does, before
-anything is trained or written. It names the folder that is missing, the
-class folder that is empty, the file that TensorFlow cannot decode, or the
-image whose decoding would need gigabytes, and chooses an image size and
-colour mode the images agree on; its summary holds the files it accepted.
+order, symlinked folders followed, a symlink loop refused), reads every file
+once and decodes it with TensorFlow's `tf.io.decode_image`, as training
+does, before anything is trained or written; the SHA-256 of the bytes it
+decoded is its fingerprint's record of the file's content. It names the
+folder that is missing, the class folder that is empty, the file that
+TensorFlow cannot decode, or the image whose decoding would need gigabytes,
+and chooses an image size and colour mode the images agree on; its summary
+holds the files it accepted.
 `load_folder` reads exactly those files, decoded the same way and resized
 to one size (PNG, JPEG, BMP and GIF, any size, grey, RGB or RGBA), as
 `tf.data` pipelines of float32 pixel values in [0, 255], the range the
@@ -20,6 +22,7 @@ applications take, with Keras's `image_dataset_from_directory`'s split.
 
 import collections
 import dataclasses
+import hashlib
 import os
 import struct
 
@@ -65,8 +68,9 @@ class FolderSummary:
         files: the readable images' paths, class by class in the walk's
             order: what `load_folder` reads.
         labels: each file's class index in `class_names`.
-        fingerprint: what the folder holds (`_folder_walk.fingerprint`),
-            which `train` records in `run.json`.
+        fingerprint: what the folder holds (`_folder_walk.fingerprint`):
+            each file's path, size, time and the SHA-256 of the bytes
+            decoded; `train` records it in `run.json`.
     """
 
     directory: str
@@ -153,20 +157,24 @@ def _op_message(error):
     return text.split(" [Op:", 1)[0].strip().rstrip(".")
 
 
-def _inspect(path):
-    """`((height, width), grey)` of the image at `path`, decoded as training decodes it.
-
-    A `ValueError` names what is wrong: a file that cannot be read, or that
-    TensorFlow cannot decode; `_TooLarge` an image over `MAX_PIXELS`.
-    """
-    tf = _tensorflow()
+def _read(path):
+    """The bytes of the file at `path`; a `ValueError` names a file that cannot be read."""
     try:
         with open(path, "rb") as f:
-            contents = f.read()
+            return f.read()
     except OSError as error:
         raise ValueError(
             f"{shown(path)} cannot be read as an image: {error.strerror or error}"
         ) from None
+
+
+def _inspect(path, contents):
+    """`((height, width), grey)` of the image `contents` of `path`, decoded as training does.
+
+    A `ValueError` names what is wrong: a file that TensorFlow cannot
+    decode; `_TooLarge` an image over `MAX_PIXELS`.
+    """
+    tf = _tensorflow()
     size = _header_size(contents)
     if size is not None:
         _too_large(path, *size)
@@ -245,12 +253,14 @@ def check_folder(
             )
     listing = directory if isinstance(directory, Listing) else list_folder(directory, min_classes)
     sizes, counts, skipped, all_grey = collections.Counter(), [], [], True
-    files, labels = [], []
+    files, labels, contents = [], [], {}
     for label, (name, paths) in enumerate(zip(listing.class_names, listing.files)):
         count = 0
         for path in paths:
             try:
-                size, grey = _inspect(path)
+                read = _read(path)
+                contents[path] = hashlib.sha256(read).hexdigest()
+                size, grey = _inspect(path, read)
             except _TooLarge:
                 raise
             except ValueError as error:
@@ -289,7 +299,7 @@ def check_folder(
         ignored=listing.ignored,
         files=tuple(files),
         labels=tuple(labels),
-        fingerprint=fingerprint(listing, counts, skipped),
+        fingerprint=fingerprint(listing, counts, skipped, contents),
     )
 
 

@@ -16,7 +16,10 @@ from PIL import Image
 
 from keras_capsules import cli
 from keras_capsules.cli import train
+from keras_capsules.datasets._folder_walk import fingerprint
+from keras_capsules.datasets._folder_walk import list_folder
 from tests.conftest import requires_tensorflow
+from tests.datasets.test_image_folder import edit_in_place
 
 pytestmark = requires_tensorflow
 
@@ -128,6 +131,8 @@ def _change(images, change):
             os.path.join(images, "zero", "new", "0.png"), os.path.join(images, "zero", "1.png")
         )
         os.rmdir(os.path.join(images, "zero", "new"))
+    elif change == "edit":  # other pixels, the same size and modification time
+        edit_in_place(os.path.join(images, "zero", "1.png"))
 
 
 @pytest.mark.parametrize(
@@ -138,6 +143,7 @@ def _change(images, change):
         ("remove", "class 'two' renamed or removed"),
         ("swap", "classes reordered ('one' holds what 'two' held, 'two' holds what 'one' held)"),
         ("modify", "1 file changed in class 'zero' (1 modified)"),
+        ("edit", "1 file changed in class 'zero' (1 edited in place keeping its size and time)"),
     ],
 )
 def test_continuing_on_changed_data_is_refused_naming_the_change(trained, tmp_path, change, named):
@@ -160,6 +166,37 @@ def test_resuming_on_changed_data_is_refused_and_fresh_starts_over(trained, tmp_
     assert _train(images, output, "--epochs", "1", "--fresh") == 0
     data = json.load(open(os.path.join(output, "run.json")))["data"]
     assert data["classes"] == ["one", "three", "two", "zero"]
+
+
+def test_resuming_on_images_edited_in_place_is_refused(trained, tmp_path):
+    images, output = _session(trained, tmp_path, resume=True)
+    _change(images, "edit")
+    with pytest.raises(SystemExit) as refused:
+        _train(images, output, "--epochs", "2")
+    assert str(refused.value.code) == (
+        f"keras-capsules train: the data of the run in {output} changed since it was trained: "
+        "1 file changed in class 'zero' (1 edited in place keeping its size and time). Restore "
+        "the data to resume or continue the run, choose another --output, or pass --fresh to "
+        "start over on this data (the run's files are deleted)."
+    )
+    assert os.path.isdir(os.path.join(output, "backup"))
+
+
+def test_a_run_recorded_without_contents_continues_and_records_them(trained, tmp_path, capsys):
+    images, output = _session(trained, tmp_path)
+    path = os.path.join(output, "run.json")
+    run = json.load(open(path))
+    content = run["data"]
+    older = fingerprint(list_folder(images), content["counts"], [None] * content["skipped"])
+    assert "content" not in older and older["digest"] != content["digest"]
+    run["data"] = older  # as an older version recorded it: paths, sizes and times
+    with open(path, "w") as f:
+        json.dump(run, f)
+    assert _train(images, output, "--epochs", "2") == 0
+    assert "records its images' paths, sizes and times but not their contents" in (
+        capsys.readouterr().out
+    )
+    assert json.load(open(path))["data"] == content
 
 
 def test_files_tensorflow_cannot_decode_are_named_or_skipped_and_not_read(trained, tmp_path):

@@ -303,6 +303,24 @@ def _fingerprint(root):
     return image_folder.check_folder(root).fingerprint
 
 
+def edit_in_place(path):
+    """Give the PNG image at `path` other pixels, keeping its byte size and modification time.
+
+    The new image is of one grey value, padded after its end to the old size.
+    """
+    info = os.stat(path)
+    old = Image.open(path)
+    value = 255 - int(np.asarray(old.convert("L"))[0, 0])
+    Image.new("L", old.size, value).save(path)
+    padding = info.st_size - os.path.getsize(path)
+    assert padding >= 0
+    with open(path, "ab") as f:
+        f.write(b"\0" * padding)  # decoders stop at the PNG's end
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns) == (info.st_size, info.st_mtime_ns)
+
+
 @pytest.mark.parametrize(
     "change, expected",
     [
@@ -312,6 +330,7 @@ def _fingerprint(root):
         ("swap", "classes reordered ('one' holds what 'two' held, 'two' holds what 'one' held)"),
         ("modify", "1 file changed in class 'one' (1 modified)"),
         ("replace", "2 files changed in class 'two' (1 added, 1 removed)"),
+        ("edit", "1 file changed in class 'one' (1 edited in place keeping its size and time)"),
     ],
 )
 def test_the_fingerprint_names_what_changed(tmp_path, change, expected):
@@ -339,4 +358,38 @@ def test_the_fingerprint_names_what_changed(tmp_path, change, expected):
         Image.fromarray(np.zeros((20, 20), "uint8")).save(f"{root}/one/1.png")
     elif change == "replace":
         os.rename(f"{root}/two/0.png", f"{root}/two/zero.png")
+    elif change == "edit":  # other pixels, the same size and time
+        edit_in_place(f"{root}/one/1.png")
     assert _folder_walk.folder_changes(before, _fingerprint(root)) == expected
+
+
+def test_the_fingerprint_records_the_digest_of_each_files_bytes(tmp_path):
+    import hashlib
+
+    root = str(tmp_path / "root")
+    _grey_pngs(f"{root}/one", 2, value=10)
+    _grey_pngs(f"{root}/two", 2, value=90)
+    fingerprint = _fingerprint(root)
+    assert fingerprint["content"] == "sha256"
+    with open(f"{root}/one/1.png", "rb") as f:
+        content = hashlib.sha256(f.read()).hexdigest()
+    key = hashlib.sha256(b"1.png\0" + content.encode()).hexdigest()[:8]
+    keys = fingerprint["file_keys"]["one"]  # 24 hex digits a file: path, size and time, content
+    assert len(keys) == 2 * 24 and keys[24 + 16 :] == key
+
+
+def test_a_fingerprint_without_contents_is_compared_by_path_size_and_time(tmp_path):
+    from keras_capsules.datasets import _folder_walk
+
+    root = str(tmp_path / "root")
+    _grey_pngs(f"{root}/one", 3, value=10)
+    _grey_pngs(f"{root}/two", 3, value=90)
+    listing = image_folder.list_folder(root)
+    older = _folder_walk.fingerprint(listing, [3, 3], [])  # as runs recorded it before contents
+    assert "content" not in older
+    edit_in_place(f"{root}/one/1.png")
+    assert _folder_walk.folder_changes(older, _fingerprint(root)) is None
+    Image.fromarray(np.zeros((20, 20), "uint8")).save(f"{root}/two/1.png")
+    assert _folder_walk.folder_changes(older, _fingerprint(root)) == (
+        "1 file changed in class 'two' (1 modified)"
+    )
