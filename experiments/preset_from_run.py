@@ -31,8 +31,8 @@ import os
 import re
 
 from _training import log
-from presets import _commit
 from presets import _machine
+from presets import provenance
 from presets import ship
 from presets import weights_dtype
 
@@ -109,7 +109,6 @@ def main(argv=None):
     import keras
 
     import applications  # noqa: F401  (registers the models' classes for load_model)
-    import keras_capsules
     from keras_capsules.cli.evaluate import measure
     from keras_capsules.datasets import mnist
 
@@ -147,14 +146,7 @@ def main(argv=None):
         "train_cpu_seconds": args.cpu_seconds,
         "history": history,
         "packaged_on": _machine(),
-        "backend": keras.backend.backend(),
-        "keras_version": keras.__version__,
-        "keras_capsules_version": keras_capsules.__version__,
-        "commit": _commit(),
-        "test_accuracy": float16 if stored == "float16" else float32,
-        "test_accuracy_float32": float32,
-        "test_accuracy_float16_weights": float16,
-        "weights_dtype": stored,
+        **provenance(stored, float32, float16),
     }
     folder = ship(model, args.name, metadata, stored, args.output)
     log(f"wrote {folder}: test accuracy {metadata['test_accuracy']:.4f} ({stored} weights)")

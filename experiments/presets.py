@@ -562,8 +562,6 @@ def write_preset(args, recipe, model, progress):
     """
     import keras
 
-    import keras_capsules
-
     model = _with_class_names(model, recipe)
     _, (x_test, y_test) = _load(recipe)
     trained_precision = {}
@@ -605,14 +603,7 @@ def write_preset(args, recipe, model, progress):
         "sessions": progress["sessions"],
         **({"start": progress["start"]} if "start" in progress else {}),
         "machine": _machines(progress),
-        "backend": keras.backend.backend(),
-        "keras_version": keras.__version__,
-        "keras_capsules_version": keras_capsules.__version__,
-        "commit": _commit(),
-        "test_accuracy": float16 if stored == "float16" else float32,
-        "test_accuracy_float32": float32,
-        "test_accuracy_float16_weights": float16,
-        "weights_dtype": stored,
+        **provenance(stored, float32, float16),
         **trained_precision,
     }
     return ship(model, recipe["name"], metadata, stored, args.output), metadata
@@ -635,6 +626,24 @@ def weights_dtype(model, accuracy, tolerance):
         variable.assign(value)
     stored = "float16" if abs(float16 - float32) * 100 <= tolerance else "float32"
     return stored, float32, float16
+
+
+def provenance(stored, float32, float16):
+    """What every preset's metadata records of its making and its test accuracies."""
+    import keras
+
+    import keras_capsules
+
+    return {
+        "backend": keras.backend.backend(),
+        "keras_version": keras.__version__,
+        "keras_capsules_version": keras_capsules.__version__,
+        "commit": _commit(),
+        "test_accuracy": float16 if stored == "float16" else float32,
+        "test_accuracy_float32": float32,
+        "test_accuracy_float16_weights": float16,
+        "weights_dtype": stored,
+    }
 
 
 def ship(model, name, metadata, stored, output=None):
