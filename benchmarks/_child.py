@@ -117,6 +117,17 @@ ONEDNN_SWITCH = {"off": "0", "on": "1"}
 """`TF_ENABLE_ONEDNN_OPTS` for TensorFlow's oneDNN kernels off and on."""
 
 
+def add_onednn_argument(parser):
+    """`--onednn both|off|on|inherit`, which `onednn_paths` reads."""
+    parser.add_argument(
+        "--onednn",
+        choices=("both", "off", "on", "inherit"),
+        default="both",
+        help="TensorFlow's oneDNN kernels off and on in one run (both), one of them, "
+        "or as the environment sets (inherit)",
+    )
+
+
 def onednn_paths(choice):
     """`{path: environment}` of the children to run for `--onednn` `choice`.
 

@@ -47,6 +47,7 @@ import os
 import statistics
 import sys
 
+from _child import add_onednn_argument
 from _child import cpu_class
 from _child import cpu_model
 from _child import onednn_paths
@@ -72,13 +73,7 @@ def parse_args(argv=None):
     p.add_argument("--em-steps", type=int, default=10, help="timed EM batches (10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed batches first (3)")
     p.add_argument("--repeats", type=int, default=1, help="alternated runs; medians (1)")
-    p.add_argument(
-        "--onednn",
-        choices=("both", "off", "on", "inherit"),
-        default="both",
-        help="TensorFlow's oneDNN kernels off and on in one run (both), one of them, "
-        "or as the environment sets (inherit)",
-    )
+    add_onednn_argument(p)
     return p.parse_args(argv)
 
 

@@ -38,6 +38,7 @@ import statistics
 import sys
 import time
 
+from _child import add_onednn_argument
 from _child import cpu_class
 from _child import cpu_model
 from _child import onednn_enabled
@@ -58,12 +59,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=20, help="untimed batches first (20)")
     p.add_argument("--train-size", type=int, default=60000, help="MNIST images held (60000)")
     p.add_argument("--repeats", type=int, default=1, help="alternated runs; medians (1)")
-    p.add_argument(
-        "--onednn",
-        choices=("both", "off", "on", "inherit"),
-        default="both",
-        help="TensorFlow's oneDNN kernels off, on, both in turn, or as the environment sets",
-    )
+    add_onednn_argument(p)
     p.add_argument("--only", choices=MEASUREMENTS, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 

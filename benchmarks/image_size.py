@@ -52,6 +52,7 @@ import subprocess
 import sys
 import time
 
+from _child import add_onednn_argument
 from _child import cpu_class
 from _child import cpu_model
 from _child import onednn_enabled
@@ -100,13 +101,7 @@ def parse_args(argv=None):
         default="float32",
         help="Keras dtype policy of every model (float32)",
     )
-    p.add_argument(
-        "--onednn",
-        choices=("both", "off", "on", "inherit"),
-        default="both",
-        help="TensorFlow's oneDNN kernels off and on in one run (both), one of them, "
-        "or as the environment sets (inherit)",
-    )
+    add_onednn_argument(p)
     p.add_argument("--plot", default=None, help="draw the figure into this PNG file")
     p.add_argument("--from-json", default=None, help="redraw --plot from a saved report")
     p.add_argument(
